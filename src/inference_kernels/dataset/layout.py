@@ -1,0 +1,255 @@
+"""Load a dataset root in the FlashInfer Trace layout, reporting problems instead of crashing.
+
+    definitions/<op_type>/<name>.json        one Definition each
+    workloads/<op_type>/<name>.jsonl         one TraceLine per line
+    solutions/<family>/<name>.json           one Solution each
+    tasks/<definition>.json                  one Task each (ours; peers have none)
+    captures.jsonl                           one CaptureRecord per line (ours)
+    blob/workloads/<definition>/<sha256>.safetensors
+
+Every file is validated. A problem names the file (relative to the root) and the
+field. When the only problems in an object are unknown keys, the object still loads
+with those keys dropped, so that a peer's dataset can be used while its extra keys
+are reported.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import DatasetError, Problem
+from ..schema import CaptureRecord, Definition, Solution, Task, TraceLine, Workload
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass
+class Dataset:
+    root: Path
+    definitions: dict[str, Definition] = field(default_factory=dict)
+    definition_files: dict[str, Path] = field(default_factory=dict)
+    workloads: dict[str, list[Workload]] = field(default_factory=dict)
+    workload_files: dict[str, Path] = field(default_factory=dict)
+    solutions: dict[str, Solution] = field(default_factory=dict)
+    solution_files: dict[str, Path] = field(default_factory=dict)
+    tasks: dict[str, Task] = field(default_factory=dict)
+    captures: dict[str, CaptureRecord] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def definition(self, name: str) -> Definition:
+        if name not in self.definitions:
+            raise DatasetError(self.root, "definition", f"no definition named {name!r}")
+        return self.definitions[name]
+
+    def workload(self, definition: str, uuid: str) -> Workload:
+        for workload in self.workloads.get(definition, []):
+            if workload.uuid == uuid:
+                return workload
+        raise DatasetError(self.root, "workload", f"{definition} has no workload {uuid!r}")
+
+    def find_workload(self, uuid: str) -> tuple[str, Workload]:
+        for name, workloads in self.workloads.items():
+            for workload in workloads:
+                if workload.uuid == uuid:
+                    return name, workload
+        raise DatasetError(self.root, "workload", f"no workload with uuid {uuid!r}")
+
+    def relative(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _drop(data: Any, loc: tuple[Any, ...]) -> None:
+    """Remove the key at ``loc`` from nested dicts/lists (pydantic error locations)."""
+    for part in loc[:-1]:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return  # a union-branch tag in the location; nothing to walk
+    if isinstance(data, dict):
+        data.pop(loc[-1], None)
+
+
+def _real_location(data: Any, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Pydantic inserts union tags ("random", "const"...) into locations; drop them."""
+    real: list[Any] = []
+    for index, part in enumerate(loc):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        elif index < len(loc) - 1:
+            continue  # a tag, not a key of the data
+        real.append(part)
+    return tuple(real)
+
+
+def parse(model: type[M], data: Any, file: str, prefix: str = "") -> tuple[M | None, list[Problem]]:
+    """Validate ``data``; unknown keys are problems but do not stop the object loading."""
+    try:
+        return model.model_validate(data), []
+    except ValidationError as error:
+        errors = error.errors()
+    problems = []
+    only_unknown = all(e["type"] == "extra_forbidden" for e in errors)
+    for e in errors:
+        loc = _real_location(data, e["loc"])
+        where = ".".join(p for p in (prefix, _location(loc)) if p)
+        message = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        problems.append(Problem(file, where, message))
+        if only_unknown:
+            _drop(data, loc)
+    if only_unknown:
+        try:
+            return model.model_validate(data), problems
+        except ValidationError:
+            pass
+    return None, problems
+
+
+def read_json(path: Path, file: str) -> tuple[Any, list[Problem]]:
+    try:
+        return json.loads(path.read_text()), []
+    except (OSError, UnicodeDecodeError) as error:
+        return None, [Problem(file, "", f"cannot read: {error}")]
+    except json.JSONDecodeError as error:
+        return None, [Problem(file, f"line {error.lineno}", f"invalid JSON: {error.msg}")]
+
+
+def read_jsonl(path: Path, file: str) -> Iterator[tuple[int, Any, list[Problem]]]:
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        yield 0, None, [Problem(file, "", f"cannot read: {error}")]
+        return
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line), []
+        except json.JSONDecodeError as error:
+            yield number, None, [Problem(file, f"line {number}", f"invalid JSON: {error.msg}")]
+
+
+def load_dataset(root: str | Path) -> Dataset:
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise DatasetError(root, "", "dataset root is not a directory")
+    dataset = Dataset(root)
+    _load_definitions(dataset)
+    _load_workloads(dataset)
+    _load_solutions(dataset)
+    _load_tasks(dataset)
+    _load_captures(dataset)
+    return dataset
+
+
+def _load_definitions(dataset: Dataset) -> None:
+    for path in sorted((dataset.root / "definitions").rglob("*.json")):
+        file = dataset.relative(path)
+        data, problems = read_json(path, file)
+        definition, more = parse(Definition, data, file) if data is not None else (None, [])
+        dataset.problems += problems + more
+        if definition is None:
+            continue
+        if path.stem != definition.name:
+            dataset.problems.append(
+                Problem(file, "name", f"{definition.name!r} differs from the file name")
+            )
+        if path.parent.name != definition.op_type:
+            dataset.problems.append(
+                Problem(file, "op_type", f"{definition.op_type!r} differs from the folder")
+            )
+        if definition.name in dataset.definitions:
+            first = dataset.relative(dataset.definition_files[definition.name])
+            dataset.problems.append(Problem(file, "name", f"also defined in {first}"))
+            continue
+        dataset.definitions[definition.name] = definition
+        dataset.definition_files[definition.name] = path
+
+
+def _load_workloads(dataset: Dataset) -> None:
+    for path in sorted((dataset.root / "workloads").rglob("*.jsonl")):
+        file = dataset.relative(path)
+        name = path.stem
+        dataset.workload_files[name] = path
+        rows = dataset.workloads.setdefault(name, [])
+        for number, data, problems in read_jsonl(path, file):
+            dataset.problems += problems
+            if data is None:
+                continue
+            line, more = parse(TraceLine, data, file, f"line {number}")
+            dataset.problems += more
+            if line is None:
+                continue
+            if line.definition != name:
+                dataset.problems.append(
+                    Problem(
+                        file, f"line {number}.definition", f"{line.definition!r} in {name}.jsonl"
+                    )
+                )
+            rows.append(line.workload)
+
+
+def _load_solutions(dataset: Dataset) -> None:
+    for path in sorted((dataset.root / "solutions").rglob("*.json")):
+        file = dataset.relative(path)
+        data, problems = read_json(path, file)
+        solution, more = parse(Solution, data, file) if data is not None else (None, [])
+        dataset.problems += problems + more
+        if solution is None:
+            continue
+        if solution.name in dataset.solutions:
+            first = dataset.relative(dataset.solution_files[solution.name])
+            dataset.problems.append(Problem(file, "name", f"also defined in {first}"))
+            continue
+        dataset.solutions[solution.name] = solution
+        dataset.solution_files[solution.name] = path
+
+
+def _load_tasks(dataset: Dataset) -> None:
+    for path in sorted((dataset.root / "tasks").glob("*.json")):
+        file = dataset.relative(path)
+        data, problems = read_json(path, file)
+        task, more = parse(Task, data, file) if data is not None else (None, [])
+        dataset.problems += problems + more
+        if task is None:
+            continue
+        if path.stem != task.definition:
+            dataset.problems.append(
+                Problem(file, "definition", f"{task.definition!r} differs from the file name")
+            )
+        dataset.tasks[task.definition] = task
+
+
+def _load_captures(dataset: Dataset) -> None:
+    path = dataset.root / "captures.jsonl"
+    if not path.exists():
+        return
+    file = dataset.relative(path)
+    for number, data, problems in read_jsonl(path, file):
+        dataset.problems += problems
+        if data is None:
+            continue
+        record, more = parse(CaptureRecord, data, file, f"line {number}")
+        dataset.problems += more
+        if record is None:
+            continue
+        if record.uuid in dataset.captures:
+            dataset.problems.append(Problem(file, f"line {number}.uuid", "duplicate uuid"))
+            continue
+        dataset.captures[record.uuid] = record

@@ -1,0 +1,81 @@
+"""Compile a definition's reference ``run`` and execute it in full FP32.
+
+The reference is the truth a solution is judged against. It runs with TF32 disabled
+(cuBLAS and cuDNN), and its outputs are checked against the declared shapes and
+dtypes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..dataset.shapes import declared_shape
+from ..dataset.signature import signature_problem
+from ..dtypes import dtype_name, torch_dtype
+from ..errors import DatasetError
+from ..schema import Definition, Workload
+
+
+def compile_reference(definition: Definition) -> Callable[..., Any]:
+    problem = signature_problem(definition)
+    if problem:
+        raise DatasetError(definition.name, "reference", problem)
+    namespace: dict[str, Any] = {"__name__": f"reference_{definition.name}"}
+    exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
+    return namespace["run"]
+
+
+@contextlib.contextmanager
+def full_fp32() -> Iterator[None]:
+    """No TF32 anywhere while the reference runs; restores the previous settings."""
+    precision = torch.get_float32_matmul_precision()
+    cudnn_tf32 = torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+
+
+def as_output_list(result: Any, definition: Definition) -> list[Any]:
+    """A run's return value as a list in the definition's output order."""
+    if isinstance(result, dict):
+        return [result.get(name) for name in definition.outputs]
+    if isinstance(result, (tuple, list)):
+        return list(result)
+    return [result]
+
+
+def output_problems(
+    definition: Definition, workload: Workload, outputs: list[Any], device: torch.device
+) -> list[str]:
+    """Shape, dtype, device and finiteness problems of reference outputs."""
+    if len(outputs) != len(definition.outputs):
+        return [f"returned {len(outputs)} outputs, declared {len(definition.outputs)}"]
+    problems = []
+    for (name, spec), value in zip(definition.outputs.items(), outputs, strict=True):
+        if not isinstance(value, torch.Tensor):
+            problems.append(f"{name}: returned {type(value).__name__}, not a tensor")
+            continue
+        shape = declared_shape(definition, workload, name)
+        if list(value.shape) != shape:
+            problems.append(f"{name}: shape {list(value.shape)}, declared {shape}")
+        if value.dtype != torch_dtype(spec.dtype):
+            problems.append(f"{name}: dtype {dtype_name(value.dtype)}, declared {spec.dtype}")
+        if value.device.type != device.type:
+            problems.append(f"{name}: on {value.device}, inputs on {device}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            problems.append(f"{name}: has NaN or inf")
+    return problems
+
+
+def run_reference(definition: Definition, inputs: list[Any]) -> list[Any]:
+    function = compile_reference(definition)
+    with full_fp32(), torch.no_grad():
+        return as_output_list(function(*inputs), definition)

@@ -1,0 +1,224 @@
+"""Pydantic models of every file in a dataset: the one place that knows field names.
+
+The layout is the FlashInfer Trace layout. Our files are strict: an unknown key is an
+error. Keys that flashinfer-bench's own trace tree uses are part of the schema, so a
+peer dataset loads; the loader (``dataset.layout``) reports anything else without
+crashing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from .dtypes import TORCH_DTYPES
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _known_dtype(name: str) -> str:
+    if name not in TORCH_DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(TORCH_DTYPES)}")
+    return name
+
+
+DType = Annotated[str, AfterValidator(_known_dtype)]
+
+
+# ----------------------------------------------------------------------------- definition
+
+
+class ConstAxis(Strict):
+    type: Literal["const"]
+    value: int
+    description: str | None = None
+
+
+class VarAxis(Strict):
+    type: Literal["var"]
+    description: str | None = None
+
+
+Axis = Annotated[ConstAxis | VarAxis, Field(discriminator="type")]
+
+
+class TensorSpec(Strict):
+    """An input or output. ``shape`` lists axis names; ``None`` means a Python scalar."""
+
+    shape: list[str] | None
+    dtype: DType
+    description: str | None = None
+    optional: bool = False
+
+
+class Definition(Strict):
+    name: str
+    op_type: str
+    description: str | None = None
+    tags: list[str] = []
+    axes: dict[str, Axis]
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    constraints: list[str] = []
+    reference: str
+
+    @model_validator(mode="after")
+    def _shapes_use_declared_axes(self) -> Definition:
+        shared = set(self.inputs) & set(self.outputs)
+        if shared:
+            raise ValueError(f"names used as both input and output: {sorted(shared)}")
+        for group in ("inputs", "outputs"):
+            for name, spec in getattr(self, group).items():
+                for axis in spec.shape or []:
+                    if axis not in self.axes:
+                        raise ValueError(f"{group}.{name}.shape names undeclared axis {axis!r}")
+        return self
+
+    def const_axes(self) -> dict[str, int]:
+        return {k: a.value for k, a in self.axes.items() if isinstance(a, ConstAxis)}
+
+    def var_axes(self) -> list[str]:
+        return [k for k, a in self.axes.items() if isinstance(a, VarAxis)]
+
+
+# ----------------------------------------------------------------------------- workload
+
+
+class RandomInput(Strict):
+    type: Literal["random"]
+
+
+class ScalarInput(Strict):
+    type: Literal["scalar"]
+    value: int | float | bool | None
+
+
+class SafetensorsInput(Strict):
+    type: Literal["safetensors"]
+    path: str
+    tensor_key: str
+
+
+InputDescriptor = Annotated[
+    RandomInput | ScalarInput | SafetensorsInput, Field(discriminator="type")
+]
+
+
+class Workload(Strict):
+    uuid: str
+    axes: dict[str, int]
+    inputs: dict[str, InputDescriptor]
+
+
+class TraceLine(Strict):
+    """One line of ``workloads/<op_type>/<definition>.jsonl``.
+
+    ``solution`` and ``evaluation`` are null in a workload file; result traces written
+    by flashinfer-bench fill them, and we keep what they hold verbatim.
+    """
+
+    definition: str
+    workload: Workload
+    solution: str | None = None
+    evaluation: dict[str, Any] | None = None
+
+
+# ----------------------------------------------------------------------------- solution
+
+
+class SourceFile(Strict):
+    path: str = Field(min_length=1)
+    content: str
+
+    @model_validator(mode="after")
+    def _relative_inside(self) -> SourceFile:
+        parts = self.path.replace("\\", "/").split("/")
+        if self.path.startswith(("/", "\\")) or ".." in parts:
+            raise ValueError(f"source path {self.path!r} must be relative and stay inside")
+        return self
+
+
+class BuildSpec(Strict):
+    language: Literal["python", "triton", "cpp", "cuda", "tilelang"]
+    target_hardware: list[str]
+    entry_point: str
+    dependencies: list[str] = []
+    # flashinfer-bench's default: outputs are passed as trailing arguments.
+    destination_passing_style: bool = True
+    binding: Literal["tvm-ffi", "torch"] | None = None
+
+    @model_validator(mode="after")
+    def _entry_point_shape(self) -> BuildSpec:
+        file, _, symbol = self.entry_point.partition("::")
+        if not file or not symbol:
+            raise ValueError(f"entry_point {self.entry_point!r} is not 'file.py::function'")
+        return self
+
+
+class Solution(Strict):
+    name: str
+    definition: str
+    author: str
+    description: str | None = None
+    spec: BuildSpec
+    sources: list[SourceFile] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _entry_file_is_a_source(self) -> Solution:
+        paths = [source.path for source in self.sources]
+        if len(set(paths)) != len(paths):
+            raise ValueError("duplicate source paths")
+        entry_file = self.spec.entry_point.partition("::")[0]
+        if entry_file not in paths:
+            raise ValueError(f"entry point file {entry_file!r} is not among the sources")
+        return self
+
+
+# ----------------------------------------------------------------------------- task
+
+
+class Tolerance(Strict):
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    comparison: Literal["absolute_or_relative"] | None = None
+    required_matched_ratio: float | None = Field(default=None, gt=0, le=1)
+
+
+class Timing(Strict):
+    warmup: int = Field(ge=0)
+    iters: int = Field(ge=1)
+    trials: int = Field(ge=1)
+
+
+class Task(Strict):
+    """How a candidate for one definition is judged: tolerance, dev set, timing, baseline."""
+
+    definition: str
+    description: str | None = None
+    workloads: list[str]
+    baseline: str | None = None
+    tolerance: Tolerance
+    dev: list[str] = Field(max_length=10)
+    timing: Timing
+    sources: list[str] = []
+
+
+# ----------------------------------------------------------------------------- capture
+
+
+class CaptureRecord(BaseModel):
+    """A line of ``captures.jsonl``: provenance of one workload.
+
+    uuid, definition, axes and validation are required; every other field is kept
+    verbatim (captures record whatever their engine and adapters need).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    uuid: str
+    definition: str
+    axes: dict[str, int]
+    validation: dict[str, Any]
