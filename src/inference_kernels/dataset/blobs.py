@@ -32,16 +32,12 @@ TENSOR_KEY = "tensor"
 _HASH_NAME = re.compile(r"^[0-9a-f]{64}$")
 
 
-def raw_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return flat.view(torch.uint8).numpy().tobytes()
-
-
 def content_hash(tensor: torch.Tensor) -> str:
     digest = hashlib.sha256()
     shape = ",".join(str(size) for size in tensor.shape)
     digest.update(f"{dtype_name(tensor.dtype)}:{shape}\n".encode())
-    digest.update(raw_bytes(tensor))
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    digest.update(flat.view(torch.uint8).numpy())  # hashed in place, no copy of the bytes
     return digest.hexdigest()
 
 

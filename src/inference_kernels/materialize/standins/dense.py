@@ -9,20 +9,19 @@ from __future__ import annotations
 import torch
 
 from .context import StandinContext
-from .streams import normal
 
 
 def gemm(ctx: StandinContext) -> dict[str, torch.Tensor]:
     return {
-        "A": normal(ctx.streams("A"), ctx.shape("A"), torch.bfloat16),
-        "W": normal(ctx.streams("W"), ctx.shape("W"), torch.bfloat16, std=0.02),
+        "A": ctx.streams("A").normal(ctx.shape("A"), torch.bfloat16),
+        "W": ctx.streams("W").normal(ctx.shape("W"), torch.bfloat16, std=0.02),
     }
 
 
 def attention(ctx: StandinContext) -> dict[str, torch.Tensor]:
     """Q/K/V-style inputs: every bfloat16 tensor input is unit normal."""
     return {
-        name: normal(ctx.streams(name), ctx.shape(name), torch.bfloat16)
+        name: ctx.streams(name).normal(ctx.shape(name), torch.bfloat16)
         for name, spec in ctx.definition.inputs.items()
         if spec.shape is not None and spec.dtype == "bfloat16"
     }
@@ -59,7 +58,7 @@ def neighborhood(ctx: StandinContext) -> dict[str, torch.Tensor]:
     """Q carries the model's softmax scale (na3d is called with scale=1): Q ~ N(0, 1/D)."""
     head_dim = ctx.dims["D"]
     return {
-        "Q": normal(ctx.streams("Q"), ctx.shape("Q"), torch.bfloat16, std=head_dim**-0.5),
-        "K": normal(ctx.streams("K"), ctx.shape("K"), torch.bfloat16),
-        "V": normal(ctx.streams("V"), ctx.shape("V"), torch.bfloat16),
+        "Q": ctx.streams("Q").normal(ctx.shape("Q"), torch.bfloat16, std=head_dim**-0.5),
+        "K": ctx.streams("K").normal(ctx.shape("K"), torch.bfloat16),
+        "V": ctx.streams("V").normal(ctx.shape("V"), torch.bfloat16),
     }

@@ -13,23 +13,23 @@ import numpy as np
 import torch
 
 from .context import StandinContext
-from .streams import composition, normal, unit_vectors
+from .streams import composition
 
 
 def _common(ctx: StandinContext) -> dict[str, torch.Tensor]:
     heads = ctx.dims["num_v_heads"]
-    a_log = np.log(ctx.streams("A_log").uniform(1.0, 16.0, size=heads)).astype(np.float32)
-    step = np.exp(ctx.streams("dt_bias").uniform(np.log(1e-3), np.log(1e-1), size=heads))
+    a_log = np.log(ctx.streams("A_log").generator.uniform(1.0, 16.0, size=heads)).astype(np.float32)
+    step = np.exp(ctx.streams("dt_bias").generator.uniform(np.log(1e-3), np.log(1e-1), size=heads))
     dt_bias = np.log(np.expm1(step)).astype(np.float32)
     return {
-        "q": unit_vectors(ctx.streams("q"), ctx.shape("q"), torch.bfloat16),
-        "k": unit_vectors(ctx.streams("k"), ctx.shape("k"), torch.bfloat16),
-        "v": normal(ctx.streams("v"), ctx.shape("v"), torch.bfloat16),
-        "state": normal(ctx.streams("state"), ctx.shape("state"), torch.float32, std=0.1),
+        "q": ctx.streams("q").unit_vectors(ctx.shape("q"), torch.bfloat16),
+        "k": ctx.streams("k").unit_vectors(ctx.shape("k"), torch.bfloat16),
+        "v": ctx.streams("v").normal(ctx.shape("v"), torch.bfloat16),
+        "state": ctx.streams("state").normal(ctx.shape("state"), torch.float32, std=0.1),
         "A_log": torch.from_numpy(a_log),
-        "a": normal(ctx.streams("a"), ctx.shape("a"), torch.bfloat16),
+        "a": ctx.streams("a").normal(ctx.shape("a"), torch.bfloat16),
         "dt_bias": torch.from_numpy(dt_bias),
-        "b": normal(ctx.streams("b"), ctx.shape("b"), torch.bfloat16),
+        "b": ctx.streams("b").normal(ctx.shape("b"), torch.bfloat16),
     }
 
 
@@ -41,7 +41,7 @@ def prefill(ctx: StandinContext) -> dict[str, torch.Tensor]:
     """Adds cu_seqlens: num_seqs nonempty sequences that together hold every token."""
     tensors = _common(ctx)
     lengths = composition(
-        ctx.streams("cu_seqlens"), ctx.dims["total_seq_len"], ctx.dims["num_seqs"]
+        ctx.streams("cu_seqlens").generator, ctx.dims["total_seq_len"], ctx.dims["num_seqs"]
     )
     tensors["cu_seqlens"] = torch.tensor(
         np.concatenate(([0], np.cumsum(lengths))), dtype=torch.int64

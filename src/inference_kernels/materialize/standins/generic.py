@@ -12,18 +12,18 @@ import torch
 
 from ...dtypes import torch_dtype
 from .context import StandinContext
-from .streams import normal
 
 
 def generic(ctx: StandinContext) -> dict[str, object]:
     values: dict[str, object] = {}
     for name, spec in ctx.definition.inputs.items():
         dtype = torch_dtype(spec.dtype)
-        g = ctx.streams(name)
+        stream = ctx.streams(name)
+        g = stream.generator
         if spec.shape is None:
             values[name] = True if dtype == torch.bool else (1.0 if dtype.is_floating_point else 1)
         elif dtype.is_floating_point:
-            values[name] = normal(g, ctx.shape(name), torch.float32).to(dtype)
+            values[name] = stream.normal(ctx.shape(name), torch.float32).to(dtype)
         elif dtype == torch.bool:
             values[name] = torch.from_numpy(g.integers(0, 2, ctx.shape(name)).astype(np.bool_))
         else:

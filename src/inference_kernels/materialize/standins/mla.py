@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .context import StandinContext
-from .streams import e2m1_codes, normal, pack_nibbles, quantize_e4m3_ue8m0
+from .streams import e2m1_codes, pack_nibbles, quantize_e4m3_ue8m0
 
 FP4_GROUP = 16
 
@@ -36,13 +36,13 @@ def sparse_prefill(ctx: StandinContext) -> dict[str, torch.Tensor]:
     rows, kv_rows, topk = ctx.dims["M"], ctx.dims["Nkv"], ctx.dims["TOPK"]
     visible = [-(-(row + 1) * kv_rows // rows) for row in range(rows)]
     counts = [min(topk, seen) for seen in visible]
-    indices = _index_rows(ctx.streams("indices"), rows, topk, visible, counts)
+    indices = _index_rows(ctx.streams("indices").generator, rows, topk, visible, counts)
     return {
-        "Q": normal(ctx.streams("Q"), ctx.shape("Q"), torch.bfloat16),
-        "KV": normal(ctx.streams("KV"), ctx.shape("KV"), torch.bfloat16),
+        "Q": ctx.streams("Q").normal(ctx.shape("Q"), torch.bfloat16),
+        "KV": ctx.streams("KV").normal(ctx.shape("KV"), torch.bfloat16),
         "indices": indices.reshape(ctx.shape("indices")),
         "topk_length": torch.tensor(counts, dtype=torch.int32),
-        "attn_sink": normal(ctx.streams("attn_sink"), ctx.shape("attn_sink"), torch.float32),
+        "attn_sink": ctx.streams("attn_sink").normal(ctx.shape("attn_sink"), torch.float32),
     }
 
 
@@ -67,7 +67,7 @@ def fp4_pages(latent: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_indices(ctx: StandinContext, name: str, slots: int, topk: int) -> torch.Tensor:
-    g = ctx.streams(name)
+    g = ctx.streams(name).generator
     rows = ctx.dims["B"] * ctx.dims["S"]
     full = min(topk, slots)
     counts = [full] + [int(g.integers(max(1, full // 2), full + 1)) for _ in range(rows - 1)]
@@ -76,13 +76,13 @@ def _decode_indices(ctx: StandinContext, name: str, slots: int, topk: int) -> to
 
 def mixed_decode(ctx: StandinContext) -> dict[str, torch.Tensor]:
     dims = ctx.dims
-    latent8 = normal(ctx.streams("KV8"), (dims["N8"], dims["P8"], dims["D"]), torch.float32)
-    latent4 = normal(ctx.streams("KV4"), (dims["N4"], dims["P4"], dims["D"]), torch.float32)
+    latent8 = ctx.streams("KV8").normal((dims["N8"], dims["P8"], dims["D"]), torch.float32)
+    latent4 = ctx.streams("KV4").normal((dims["N4"], dims["P4"], dims["D"]), torch.float32)
     return {
-        "Q": normal(ctx.streams("Q"), ctx.shape("Q"), torch.bfloat16),
+        "Q": ctx.streams("Q").normal(ctx.shape("Q"), torch.bfloat16),
         "KV8": fp8_pages(latent8),
         "KV4": fp4_pages(latent4),
         "indices8": _decode_indices(ctx, "indices8", dims["N8"] * dims["P8"], dims["TOPK8"]),
         "indices4": _decode_indices(ctx, "indices4", dims["N4"] * dims["P4"], dims["TOPK4"]),
-        "attn_sink": normal(ctx.streams("attn_sink"), ctx.shape("attn_sink"), torch.float32),
+        "attn_sink": ctx.streams("attn_sink").normal(ctx.shape("attn_sink"), torch.float32),
     }

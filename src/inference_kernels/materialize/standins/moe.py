@@ -17,22 +17,22 @@ import numpy as np
 import torch
 
 from .context import StandinContext
-from .streams import normal, quantize_e4m3_ue8m0, random_bytes
+from .streams import quantize_e4m3_ue8m0
 
 
 def grouped_gemm(ctx: StandinContext) -> dict[str, torch.Tensor]:
     rows, experts = ctx.dims["M"], ctx.dims["E"]
-    activations = normal(ctx.streams("Aq"), ctx.shape("Aq"), torch.float32)
+    activations = ctx.streams("Aq").normal(ctx.shape("Aq"), torch.float32)
     quantized, scale_a = quantize_e4m3_ue8m0(activations, 32)
-    weight_scales = ctx.streams("scale_W").integers(119, 123, ctx.shape("scale_W"), np.uint8)
-    g = ctx.streams("expert_id")
+    weight_scales = ctx.streams("scale_W").generator.integers(
+        119, 123, ctx.shape("scale_W"), np.uint8
+    )
+    g = ctx.streams("expert_id").generator
     popularity = np.exp(g.standard_normal(experts))
     chosen = g.choice(experts, size=rows, p=popularity / popularity.sum())
     return {
         "Aq": quantized,
-        "Wq_packed": random_bytes(ctx.streams("Wq_packed"), ctx.shape("Wq_packed")).view(
-            torch.int8
-        ),
+        "Wq_packed": ctx.streams("Wq_packed").bytes(ctx.shape("Wq_packed")).view(torch.int8),
         "scale_A": scale_a.view(torch.int8),
         "scale_W": torch.from_numpy(weight_scales).view(torch.int8),
         "expert_id": torch.from_numpy(np.sort(chosen).astype(np.int32)),
@@ -44,11 +44,9 @@ def router(ctx: StandinContext) -> dict[str, torch.Tensor]:
     image = torch.zeros(rows, dtype=torch.bool)
     image[rows // 4 : rows // 2] = True
     return {
-        "X": normal(ctx.streams("X"), ctx.shape("X"), torch.bfloat16),
-        "W": normal(ctx.streams("W"), ctx.shape("W"), torch.bfloat16, std=0.02),
-        "bias_text": normal(ctx.streams("bias_text"), ctx.shape("bias_text"), torch.float32, 0.1),
-        "bias_image": normal(
-            ctx.streams("bias_image"), ctx.shape("bias_image"), torch.float32, 0.1
-        ),
+        "X": ctx.streams("X").normal(ctx.shape("X"), torch.bfloat16),
+        "W": ctx.streams("W").normal(ctx.shape("W"), torch.bfloat16, std=0.02),
+        "bias_text": ctx.streams("bias_text").normal(ctx.shape("bias_text"), torch.float32, 0.1),
+        "bias_image": ctx.streams("bias_image").normal(ctx.shape("bias_image"), torch.float32, 0.1),
         "is_image_token": image,
     }

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from .context import StandinContext
-from .streams import normal
 
 COMPRESSION = 4
 
@@ -35,7 +34,7 @@ def _page_counts(g: np.random.Generator, rows: int, widest: int, pages: int) -> 
 
 def _page_table(ctx: StandinContext, name: str) -> tuple[torch.Tensor, list[int]]:
     """[B, MP] int32 table over exactly NP live pages, and the page count of each row."""
-    g = ctx.streams(name)
+    g = ctx.streams(name).generator
     rows, widest, pages = ctx.dims["B"], ctx.dims["MP"], ctx.dims["NP"]
     counts = _page_counts(g, rows, widest, pages)
     order = g.permutation(pages)
@@ -57,10 +56,10 @@ def _lengths(g: np.random.Generator, counts: list[int], page: int) -> torch.Tens
 
 def index(ctx: StandinContext) -> dict[str, torch.Tensor]:
     table, counts = _page_table(ctx, "page_table")
-    blocks = _lengths(ctx.streams("num_complete_blocks"), counts, ctx.dims["P"])
+    blocks = _lengths(ctx.streams("num_complete_blocks").generator, counts, ctx.dims["P"])
     return {
-        "Q_idx": normal(ctx.streams("Q_idx"), ctx.shape("Q_idx"), torch.bfloat16),
-        "Kc_pages": normal(ctx.streams("Kc_pages"), ctx.shape("Kc_pages"), torch.bfloat16, 0.5),
+        "Q_idx": ctx.streams("Q_idx").normal(ctx.shape("Q_idx"), torch.bfloat16),
+        "Kc_pages": ctx.streams("Kc_pages").normal(ctx.shape("Kc_pages"), torch.bfloat16, 0.5),
         "page_table": table,
         "num_complete_blocks": blocks.to(torch.int32),
     }
@@ -68,9 +67,9 @@ def index(ctx: StandinContext) -> dict[str, torch.Tensor]:
 
 def sparse_gqa(ctx: StandinContext) -> dict[str, torch.Tensor]:
     table, counts = _page_table(ctx, "page_table")
-    lengths = _lengths(ctx.streams("context_lens"), counts, ctx.dims["P"])
+    lengths = _lengths(ctx.streams("context_lens").generator, counts, ctx.dims["P"])
     topk = ctx.dims["TOPK"]
-    g = ctx.streams("block_ids")
+    g = ctx.streams("block_ids").generator
     block_ids = torch.full((len(counts), topk), -1, dtype=torch.int32)
     for row, length in enumerate(lengths.tolist()):
         complete = length // COMPRESSION
@@ -80,9 +79,9 @@ def sparse_gqa(ctx: StandinContext) -> dict[str, torch.Tensor]:
             chosen = np.sort(g.choice(complete, size=topk, replace=False))
         block_ids[row, : len(chosen)] = torch.from_numpy(chosen.astype(np.int32))
     return {
-        "Q": normal(ctx.streams("Q"), ctx.shape("Q"), torch.bfloat16),
-        "K_pages": normal(ctx.streams("K_pages"), ctx.shape("K_pages"), torch.bfloat16),
-        "V_pages": normal(ctx.streams("V_pages"), ctx.shape("V_pages"), torch.bfloat16),
+        "Q": ctx.streams("Q").normal(ctx.shape("Q"), torch.bfloat16),
+        "K_pages": ctx.streams("K_pages").normal(ctx.shape("K_pages"), torch.bfloat16),
+        "V_pages": ctx.streams("V_pages").normal(ctx.shape("V_pages"), torch.bfloat16),
         "page_table": table,
         "block_ids": block_ids,
         "context_lens": lengths.to(torch.int32),

@@ -9,44 +9,85 @@ stand-in is byte-identical on every device.
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 
 import numpy as np
 import torch
 
 STANDIN_VERSION = "1"  # bump when any generator's output changes
+CHUNK = 1 << 22  # elements per independently seeded chunk of a large tensor
+_THREADS = min(16, os.cpu_count() or 1)
+
+
+class Stream:
+    """The random stream of one input. Large tensors are drawn in chunks, each seeded by
+    (stream, chunk index), on several threads: the values do not depend on the thread
+    count. ``generator`` serves the small, sequential draws (choices, permutations)."""
+
+    def __init__(self, key: bytes):
+        self.seed = int.from_bytes(key, "little")
+
+    @cached_property
+    def generator(self) -> np.random.Generator:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed)))
+
+    def _fill(self, count: int, draw) -> None:
+        def work(chunk: int) -> None:
+            seed = np.random.SeedSequence([self.seed, chunk])
+            start = chunk * CHUNK
+            draw(np.random.Generator(np.random.PCG64(seed)), start, min(count, start + CHUNK))
+
+        chunks = range(-(-count // CHUNK))
+        if len(chunks) <= 1:
+            for chunk in chunks:
+                work(chunk)
+            return
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(work, chunks))
+
+    def normal(self, shape, dtype: torch.dtype, std: float = 1.0) -> torch.Tensor:
+        shape = tuple(shape)
+        out = torch.empty(shape, dtype=dtype).reshape(-1)
+
+        def draw(g: np.random.Generator, start: int, stop: int) -> None:
+            values = g.standard_normal(size=stop - start, dtype=np.float32)
+            if std != 1.0:
+                values *= np.float32(std)
+            out[start:stop] = torch.from_numpy(values)
+
+        self._fill(out.numel(), draw)
+        return out.reshape(shape)
+
+    def bytes(self, shape) -> torch.Tensor:
+        """Uniform bytes (uint8)."""
+        shape = tuple(shape)
+        out = np.empty(int(np.prod(shape, dtype=np.int64)), dtype=np.uint8)
+        top = np.iinfo(np.uint64).max
+
+        def draw(g: np.random.Generator, start: int, stop: int) -> None:
+            words = g.integers(0, top, size=-(-(stop - start) // 8), dtype=np.uint64, endpoint=True)
+            out[start:stop] = words.view(np.uint8)[: stop - start]
+
+        self._fill(out.size, draw)
+        return torch.from_numpy(out).reshape(shape)
+
+    def unit_vectors(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """Vectors of L2 norm 1 along the last dimension (post-L2-normalization Q/K)."""
+        values = self.normal(shape, torch.float32)
+        return (values / values.norm(dim=-1, keepdim=True)).to(dtype)
 
 
 class Streams:
-    """``streams("Q")`` is the generator for input Q of this workload."""
+    """``streams("Q")`` is the stream of input Q of this workload."""
 
     def __init__(self, uuid: str):
         self.uuid = uuid
 
-    def __call__(self, name: str) -> np.random.Generator:
-        digest = hashlib.sha256(f"inference-kernels/{STANDIN_VERSION}/{self.uuid}/{name}".encode())
-        return np.random.Generator(np.random.PCG64(int.from_bytes(digest.digest()[:16], "little")))
-
-
-def normal(g: np.random.Generator, shape, dtype: torch.dtype, std: float = 1.0) -> torch.Tensor:
-    values = g.standard_normal(size=tuple(shape), dtype=np.float32)
-    if std != 1.0:
-        values *= np.float32(std)
-    return torch.from_numpy(values).to(dtype)
-
-
-def random_bytes(g: np.random.Generator, shape) -> torch.Tensor:
-    """Uniform bytes (uint8), drawn 8 at a time: fast enough for multi-GB weights."""
-    count = int(np.prod(shape, dtype=np.int64))
-    top = np.iinfo(np.uint64).max
-    words = g.integers(0, top, size=-(-count // 8), dtype=np.uint64, endpoint=True)
-    words = words.view(np.uint8)[:count]
-    return torch.from_numpy(words).reshape(tuple(shape))
-
-
-def unit_vectors(g: np.random.Generator, shape, dtype: torch.dtype) -> torch.Tensor:
-    """Vectors of L2 norm 1 along the last dimension (post-L2-normalization Q/K)."""
-    values = torch.from_numpy(g.standard_normal(size=tuple(shape), dtype=np.float32))
-    return (values / values.norm(dim=-1, keepdim=True)).to(dtype)
+    def __call__(self, name: str) -> Stream:
+        text = f"inference-kernels/{STANDIN_VERSION}/{self.uuid}/{name}"
+        return Stream(hashlib.sha256(text.encode()).digest()[:16])
 
 
 # ----------------------------------------------------------------------------- formats
@@ -87,12 +128,6 @@ def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
     """Pairs along the last dim into bytes: element 2i in the low nibble, 2i+1 in the high."""
     pairs = codes.reshape(*codes.shape[:-1], codes.shape[-1] // 2, 2)
     return pairs[..., 0] | (pairs[..., 1] << 4)
-
-
-def distinct_sorted(g: np.random.Generator, high: int, count: int) -> torch.Tensor:
-    """``count`` distinct integers from [0, high), ascending."""
-    chosen = g.choice(high, size=count, replace=False) if count else np.empty(0, np.int64)
-    return torch.from_numpy(np.sort(chosen).astype(np.int64))
 
 
 def composition(g: np.random.Generator, total: int, parts: int, minimum: int = 1) -> list[int]:

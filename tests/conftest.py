@@ -1,0 +1,21 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+BUNDLED = Path(__file__).resolve().parents[1] / "dataset"
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    from inference_kernels.dataset.layout import load_dataset
+
+    return load_dataset(BUNDLED)
+
+
+@pytest.fixture
+def dataset_copy(tmp_path):
+    """A private copy of the bundled dataset's metadata to damage."""
+    target = tmp_path / "dataset"
+    shutil.copytree(BUNDLED, target, ignore=shutil.ignore_patterns("blob"))
+    return target

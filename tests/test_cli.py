@@ -1,0 +1,69 @@
+import json
+
+from typer.testing import CliRunner
+
+from inference_kernels.cli import app
+
+runner = CliRunner()
+QSA = "qsa_index_topk_decode_qwen38_h4_d128_topk512_c4"
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_help_explains_every_command():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("check", "show", "materialize", "reference"):
+        assert command in result.output
+
+
+def test_show_json_lists_definitions_tasks_and_workloads():
+    definitions = json.loads(invoke("show", "--json").output)
+    assert len(definitions) == 21
+    gemm = next(d for d in definitions if d["name"] == "dense_gemm_bf16_nt_n4096_k4096")
+    assert gemm["inputs"] == ["A", "W"] and gemm["workloads"] == 31
+    tasks = json.loads(invoke("show", "tasks", "-d", QSA, "--json").output)
+    assert tasks[0]["tolerance"]["atol"] == 0.0 and len(tasks[0]["dev"]) == 10
+    workloads = json.loads(invoke("show", "workloads", "-d", QSA, "--json").output)
+    assert len(workloads) == 192 and workloads[0]["inputs"] == ["random"]
+
+
+def test_reference_json_reports_each_case_and_labels_stand_ins():
+    result = invoke("reference", "-d", QSA, "--suite", "dev", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["failed"] == 0 and len(summary["cases"]) == 10
+    case = summary["cases"][0]
+    assert case["inputs"] == "stand-in" and case["generator"] == "qsa.index"
+    assert case["outputs"] == [
+        {"name": "block_ids", "shape": [case["axes"]["B"], 512], "dtype": "int32"}
+    ]
+
+
+def test_reference_table_marks_stand_ins(tmp_path):
+    report = tmp_path / "runs.jsonl"
+    result = invoke("reference", "-d", QSA, "--report", str(report))
+    assert result.exit_code == 0
+    assert "STAND-IN" in result.output and "1/1 passed" in result.output
+    assert json.loads(report.read_text())["status"] == "passed"
+
+
+def test_materialize_json_gives_hashes_and_origins():
+    result = invoke("materialize", "-d", "gdn_decode_qk4_v8_d128_k_last", "--json")
+    (row,) = json.loads(result.output)
+    assert row["inputs"] == "stand-in"
+    assert row["tensors"]["scale"] == {"value": 0.08838834764831843, "origin": "scalar"}
+    assert len(row["tensors"]["q"]["sha256"]) == 64 and row["tensors"]["q"]["origin"] == "stand-in"
+
+
+def test_bad_input_is_one_line_without_traceback():
+    for args in (
+        ("show", "-d", "no_such_definition"),
+        ("reference", "-w", "no-such-uuid"),
+        ("show", "solutions"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2
+        assert result.output.startswith("error:") and "Traceback" not in result.output
