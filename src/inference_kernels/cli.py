@@ -50,6 +50,7 @@ DefinitionOption = Annotated[
 WorkloadOption = Annotated[
     list[str] | None, typer.Option("--workload", "-w", help="Only this workload uuid (repeatable).")
 ]
+DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
 SuiteOption = Annotated[
     str,
     typer.Option(
@@ -62,6 +63,19 @@ def _load(dataset: Path | None):
     from .dataset.layout import load_dataset
 
     return load_dataset(dataset or default_dataset())
+
+
+def _cases(dataset, definition, suite, workload):
+    """The loaded dataset and the (definition, workload) pairs a command runs on."""
+    from .dataset.selection import select
+
+    if suite not in ("first", "dev", "all"):
+        _fail(f"--suite {suite!r} is not first, dev or all")
+    try:
+        loaded = _load(dataset)
+        return loaded, select(loaded, definition, suite, workload)
+    except DatasetError as error:
+        _fail(str(error))
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -200,7 +214,7 @@ def materialize(
     definition: DefinitionOption = None,
     workload: WorkloadOption = None,
     suite: SuiteOption = "first",
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    device: DeviceOption = "cpu",
     output: Annotated[
         Path | None,
         typer.Option(
@@ -214,14 +228,12 @@ def materialize(
 ) -> None:
     """Turn workloads into input tensors; optionally write them into a blob store."""
     from .dataset.blobs import content_hash
-    from .dataset.selection import select
     from .dtypes import dtype_name
     from .materialize import inputs as inputs_module
     from .materialize.export import export_dataset
 
+    loaded, cases = _cases(dataset, definition, suite, workload)
     try:
-        loaded = _load(dataset)
-        cases = select(loaded, definition, suite, workload)  # type: ignore[arg-type]
         if output is not None:
             summary = export_dataset(loaded, cases, output, data_root)
             if as_json:
@@ -289,21 +301,16 @@ def reference(
     definition: DefinitionOption = None,
     workload: WorkloadOption = None,
     suite: SuiteOption = "first",
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    device: DeviceOption = "cpu",
     report: Annotated[
         Path | None, typer.Option(help="Append one JSON line per case to this file.")
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Materialize workloads and run their references: finite outputs of the declared shapes?"""
-    from .dataset.selection import select
     from .materialize.reference_runs import run_case
 
-    try:
-        loaded = _load(dataset)
-        cases = select(loaded, definition, suite, workload)  # type: ignore[arg-type]
-    except DatasetError as error:
-        _fail(str(error))
+    loaded, cases = _cases(dataset, definition, suite, workload)
     runs = []
     stream = report.open("a") if report else None
     with _progress(transient=True) as progress:

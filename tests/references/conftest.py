@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from inference_kernels.dataset.layout import Dataset, load_dataset
+from inference_kernels.dataset.layout import Dataset
 from inference_kernels.materialize.references import compile_reference, full_fp32
-
-DATASET_ROOT = Path(__file__).resolve().parents[2] / "dataset"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,10 +24,9 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def dataset() -> Dataset:
-    loaded = load_dataset(DATASET_ROOT)
-    assert not loaded.problems, loaded.problems
-    return loaded
+def dataset(bundled: Dataset) -> Dataset:
+    assert not bundled.problems, bundled.problems
+    return bundled
 
 
 @pytest.fixture(scope="session")

@@ -158,14 +158,19 @@ def load_dataset(root: str | Path) -> Dataset:
     return dataset
 
 
-def _load_definitions(dataset: Dataset) -> None:
-    for path in sorted((dataset.root / "definitions").rglob("*.json")):
+def _json_files(dataset: Dataset, pattern: str, model: type[M]) -> Iterator[tuple[Path, str, M]]:
+    """Each valid ``model`` among the files matching ``pattern``; problems are recorded."""
+    for path in sorted(dataset.root.glob(pattern)):
         file = dataset.relative(path)
         data, problems = read_json(path, file)
-        definition, more = parse(Definition, data, file) if data is not None else (None, [])
+        loaded, more = parse(model, data, file) if data is not None else (None, [])
         dataset.problems += problems + more
-        if definition is None:
-            continue
+        if loaded is not None:
+            yield path, file, loaded
+
+
+def _load_definitions(dataset: Dataset) -> None:
+    for path, file, definition in _json_files(dataset, "definitions/**/*.json", Definition):
         if path.stem != definition.name:
             dataset.problems.append(
                 Problem(file, "name", f"{definition.name!r} differs from the file name")
@@ -206,13 +211,7 @@ def _load_workloads(dataset: Dataset) -> None:
 
 
 def _load_solutions(dataset: Dataset) -> None:
-    for path in sorted((dataset.root / "solutions").rglob("*.json")):
-        file = dataset.relative(path)
-        data, problems = read_json(path, file)
-        solution, more = parse(Solution, data, file) if data is not None else (None, [])
-        dataset.problems += problems + more
-        if solution is None:
-            continue
+    for path, file, solution in _json_files(dataset, "solutions/**/*.json", Solution):
         if solution.name in dataset.solutions:
             first = dataset.relative(dataset.solution_files[solution.name])
             dataset.problems.append(Problem(file, "name", f"also defined in {first}"))
@@ -222,13 +221,7 @@ def _load_solutions(dataset: Dataset) -> None:
 
 
 def _load_tasks(dataset: Dataset) -> None:
-    for path in sorted((dataset.root / "tasks").glob("*.json")):
-        file = dataset.relative(path)
-        data, problems = read_json(path, file)
-        task, more = parse(Task, data, file) if data is not None else (None, [])
-        dataset.problems += problems + more
-        if task is None:
-            continue
+    for path, file, task in _json_files(dataset, "tasks/*.json", Task):
         if path.stem != task.definition:
             dataset.problems.append(
                 Problem(file, "definition", f"{task.definition!r} differs from the file name")
