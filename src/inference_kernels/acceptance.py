@@ -4,6 +4,8 @@ Order of checks, each with its own status:
   shape, dtype, device must match            -> shape_mismatch / dtype_mismatch / device_mismatch
   a nonfinite value in the reference         -> reference_nonfinite (the case cannot be judged)
   a nonfinite value in the output            -> nonfinite
+  all zeros where the reference is not       -> trivial_output (even if a loose tolerance
+                                                would accept zeros)
   integer and bool outputs must be equal     -> mismatch
   floating outputs, per element:
     default:               |a - r| <= atol + rtol * |r|
@@ -78,6 +80,8 @@ def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> Out
         return OutputVerdict(
             "nonfinite", f"{nonfinite}/{total} elements are NaN or inf", total, nonfinite, 0.0
         )
+    if total and not bool(value.any()) and bool(reference.any()):
+        return OutputVerdict("trivial_output", "all zeros; the reference is not", total, total, 0.0)
     error = (value - reference).abs()
     relative = error / (reference.abs() + 1e-8)
     if tolerance.comparison == "absolute_or_relative":

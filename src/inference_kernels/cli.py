@@ -340,6 +340,142 @@ def reference(
         raise typer.Exit(1)
 
 
+@app.command()
+def run(
+    dataset: DatasetOption = None,
+    data_root: DataRootOption = None,
+    definition: DefinitionOption = None,
+    solution: Annotated[
+        list[str] | None, typer.Option("--solution", "-s", help="Only this solution (repeatable).")
+    ] = None,
+    candidate: Annotated[
+        list[Path] | None,
+        typer.Option(help="A main.py defining run(), or a solution JSON, for one --definition."),
+    ] = None,
+    suite: SuiteOption = "first",
+    workload: WorkloadOption = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    gpus: Annotated[
+        str | None, typer.Option(help="CUDA devices to use, e.g. 0,1 (default: all).")
+    ] = None,
+    report: Annotated[Path | None, typer.Option(help="Write result rows (JSONL) here.")] = Path(
+        "results/results.jsonl"
+    ),
+    resume: Annotated[
+        bool, typer.Option(help="Keep the report's rows and run only the missing cases.")
+    ] = False,
+    validation_only: Annotated[
+        bool, typer.Option("--validation-only", help="Check correctness; skip timing.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a case may take before its worker is killed.")
+    ] = 600.0,
+    cold_l2: Annotated[
+        bool, typer.Option("--cold-l2", help="Time single calls after flushing 2x the L2 size.")
+    ] = False,
+    cache: Annotated[
+        Path | None, typer.Option(help="Solution packages, reference outputs and worker logs.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Judge solutions on workloads: correctness under the task's tolerance, then timing."""
+    from .judge.session import Request, judge
+    from .report.tables import solution_table
+
+    if device not in ("cpu", "cuda"):
+        _fail(f"--device {device!r} is not cpu or cuda")
+    devices = ["cpu"]
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            _fail("--device cuda: no CUDA device is visible")
+        indices = gpus.split(",") if gpus else [str(i) for i in range(torch.cuda.device_count())]
+        devices = [f"cuda:{index.strip()}" for index in indices]
+    loaded, _ = _cases(dataset, definition, suite, workload)
+    request = Request(
+        definitions=definition,
+        solutions=solution,
+        candidates=candidate or [],
+        suite=suite,
+        workloads=workload,
+        devices=devices,
+        report=report,
+        resume=resume,
+        validation_only=validation_only,
+        cold_l2=cold_l2,
+        timeout=timeout,
+        data_root=data_root,
+        cache=cache,
+    )
+    with _progress(transient=True) as progress:
+        bar = progress.add_task("judging", total=None)
+
+        def on_row(row) -> None:
+            progress.advance(bar)
+            if row.status != "passed" and not as_json:
+                errors.print(
+                    f"[red]{row.status}[/red] {row.definition} {row.solution} {row.uuid}: "
+                    f"{row.error or ''}",
+                    highlight=False,
+                )
+
+        try:
+            rows = judge(loaded, request, on_row, lambda n: progress.update(bar, total=n))
+        except DatasetError as error:
+            _fail(str(error))
+    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+    table = solution_table(rows, baselines)
+    failed = sum(sum(entry["failed"].values()) for entry in table)
+    if as_json:
+        print(
+            json.dumps(
+                {"report": str(report) if report else None, "failed": failed, "solutions": table},
+                indent=2,
+            )
+        )
+    else:
+        _run_table(table)
+        console.print(f"results: {report}" if report else "", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run_table(table: list[dict]) -> None:
+    view = Table(title="judged")
+    for column in (
+        "definition",
+        "solution",
+        "inputs",
+        "passed",
+        "failed",
+        "time us",
+        "method",
+        "speedup",
+    ):
+        view.add_column(
+            column, justify="right" if column in ("passed", "time us", "speedup") else "left"
+        )
+    for entry in table:
+        failed = ", ".join(f"{k} {v}" for k, v in entry["failed"].items())
+        view.add_row(
+            entry["definition"],
+            entry["solution"],
+            "STAND-IN" if entry["inputs"] == "stand-in" else entry["inputs"],
+            f"{entry['passed']}/{entry['cases']}",
+            f"[red]{failed}[/red]" if failed else "",
+            f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
+            entry["method"],
+            f"{entry['speedup']:.2f}x" if entry["speedup"] else "-",
+        )
+    console.print(view)
+    console.print(
+        "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
+        "task's baseline on the same workloads. STAND-IN inputs are generated, not captured.",
+        highlight=False,
+    )
+
+
 def _reference_table(runs) -> None:
     table = Table(title="reference runs")
     for column in ("definition", "axes", "inputs", "status", "make s", "ref s", "peak MiB"):

@@ -222,3 +222,43 @@ class CaptureRecord(BaseModel):
     definition: str
     axes: dict[str, int]
     validation: dict[str, Any]
+
+
+# ----------------------------------------------------------------------------- results
+
+
+class CaseRow(BaseModel):
+    """One line of a results file: a (solution, workload) case and its verdict.
+
+    ``status`` is ``passed`` or a failure status (see ``judge.statuses``). Timings are
+    in microseconds per call; ``inputs`` says whether the case ran on captured
+    tensors or on stand-ins.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["case"] = "case"
+    definition: str
+    solution: str
+    uuid: str | None
+    status: str
+    error: str | None = None
+    axes: dict[str, int] = {}
+    device: str | None = None
+    inputs: str | None = None
+    generator: str | None = None
+    outputs: dict[str, dict[str, Any]] = {}
+    timing: dict[str, dict[str, Any]] = {}
+    hashes: dict[str, str] = {}
+    seconds: float = 0.0
+
+
+class EnvironmentRow(BaseModel):
+    """The first line of a results file (and of each resumed run)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["environment"] = "environment"
+    started_at: str
+    devices: list[dict[str, Any]]
+    versions: dict[str, str]

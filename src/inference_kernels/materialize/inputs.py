@@ -42,6 +42,19 @@ class Materialized:
         return sum(v.numel() * v.element_size() for v in self.values if isinstance(v, torch.Tensor))
 
 
+def canary_workload(workload: Workload) -> Workload:
+    """The same shapes and scalars with every tensor input a stand-in from other streams.
+
+    The judge times one call on these inputs and checks its output: a solution that
+    returns a remembered output instead of computing fails it.
+    """
+    inputs = {
+        name: descriptor if isinstance(descriptor, ScalarInput) else RandomInput(type="random")
+        for name, descriptor in workload.inputs.items()
+    }
+    return workload.model_copy(update={"uuid": f"{workload.uuid}/canary", "inputs": inputs})
+
+
 def materialize(
     definition: Definition,
     workload: Workload,

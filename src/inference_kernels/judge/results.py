@@ -1,0 +1,122 @@
+"""The results file: an environment row, then one row per (solution, workload) case.
+
+Rows are appended and flushed to disk one at a time, so a run killed at any moment
+loses at most the row being written; a torn last line is dropped on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..schema import CaseRow, EnvironmentRow
+
+
+def completed_cases(path: Path) -> set[tuple[str, str, str | None]]:
+    """(definition, solution, uuid) of every case row already in ``path``; trims a torn line."""
+    if not path.exists():
+        return set()
+    text = path.read_text()
+    lines = text.split("\n")
+    done = set()
+    good = 0
+    for line in lines:
+        if not line.strip():
+            good += len(line) + 1
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a torn final row from a killed run: drop it
+        good += len(line) + 1
+        if row.get("type") == "case":
+            done.add((row["definition"], row["solution"], row["uuid"]))
+    if good < len(text):
+        with path.open("r+") as stream:
+            stream.truncate(good)
+    return done
+
+
+class ResultWriter:
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.lock = threading.Lock()
+        self.rows: list[dict[str, Any]] = []
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, row: CaseRow | EnvironmentRow) -> None:
+        data = row.model_dump(mode="json", exclude_none=True)
+        with self.lock:
+            self.rows.append(data)
+            if self.path is None:
+                return
+            with self.path.open("a") as stream:
+                stream.write(json.dumps(data) + "\n")
+                stream.flush()
+                os.fsync(stream.fileno())
+
+
+def _nvidia_smi() -> list[dict[str, str]]:
+    fields = (
+        "index,name,uuid,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+        "power.limit"
+    )
+    try:
+        output = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    keys = fields.split(",")
+    return [
+        dict(zip(keys, (v.strip() for v in line.split(",")), strict=False))
+        for line in output.strip().splitlines()
+    ]
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import torch
+
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+    }
+    try:
+        import triton
+
+        versions["triton"] = triton.__version__
+    except ImportError:
+        pass
+    from .. import __version__
+
+    versions["inference_kernels"] = __version__
+    return versions
+
+
+def environment_row(devices: list[dict[str, Any]], **extra: Any) -> EnvironmentRow:
+    gpus = {entry.get("index"): entry for entry in _nvidia_smi()}
+    for device in devices:
+        index = device.get("device", "").partition(":")[2]
+        if index in gpus:
+            device["nvidia_smi"] = gpus[index]
+    return EnvironmentRow(
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        devices=devices,
+        versions=library_versions(),
+        **extra,
+    )

@@ -1,0 +1,353 @@
+"""Run cases over devices: one lane per device, each with its verifier and solution workers.
+
+A lane takes one workload at a time: its verifier prepares the pristine inputs and
+reference outputs, then each solution's worker (started on first use, replaced after
+a crash or a hang) runs the case. Each stage waits with a deadline and watches the
+processes, so a crash, a hang or a load failure costs that case's row, never the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
+from . import statuses, verifier, worker
+from .results import ResultWriter
+
+_context = mp.get_context("spawn")
+
+
+@dataclass
+class Job:
+    """One workload and the solutions to judge on it."""
+
+    definition: Definition
+    workload: Workload
+    task: Task
+    solutions: list[Solution]
+    capture: CaptureRecord | None = None
+
+
+@dataclass
+class Options:
+    data_root: Path
+    cache: Path
+    logs: Path
+    timeout: float = 600.0
+    reference_timeout: float = 1800.0
+    validation_only: bool = False
+    cold_l2: bool = False
+
+
+def _digest(model) -> str:
+    return hashlib.sha256(
+        json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
+    ).hexdigest()
+
+
+def _death(process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:] if line.strip())[:800]
+
+
+@dataclass
+class _Process:
+    process: Any
+    log: Path
+    commands: Any = None
+    loaded: dict | None = None
+
+
+@dataclass
+class Lane:
+    device: str
+    options: Options
+    writer: ResultWriter
+    on_row: Callable[[CaseRow], None]
+    environment: dict | None = None
+    results: Any = field(default=None, init=False)
+    verify: Any = field(default=None, init=False)
+    verifier_process: _Process | None = field(default=None, init=False)
+    workers: dict[str, _Process] = field(default_factory=dict, init=False)
+    serial: int = field(default=0, init=False)
+    prepared: Job | None = field(default=None, init=False)
+    prepared_reply: dict = field(default_factory=dict, init=False)
+
+    # ------------------------------------------------------------------ processes
+
+    def _log(self, name: str) -> Path:
+        self.options.logs.mkdir(parents=True, exist_ok=True)
+        return self.options.logs / f"{self.device.replace(':', '')}-{name}.log"
+
+    def _start_verifier(self) -> None:
+        self.results, self.verify = _context.Queue(), _context.Queue()
+        log = self._log("verifier")
+        process = _context.Process(
+            target=verifier.main,
+            daemon=True,
+            args=(self.device, self.verify, self.results, str(self.options.cache), str(log)),
+        )
+        process.start()
+        self.verifier_process = _Process(process, log)
+        hello = self._wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
+        if isinstance(hello, dict):
+            self.environment = hello["environment"]
+
+    def _worker(self, job: Job, solution: Solution) -> _Process:
+        handle = self.workers.get(solution.name)
+        if handle is not None and handle.process.is_alive():
+            return handle
+        commands = _context.Queue()
+        log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
+        process = _context.Process(
+            target=worker.main,
+            daemon=True,
+            args=(
+                self.device,
+                commands,
+                self.verify,
+                self.results,
+                job.definition.model_dump_json(),
+                solution.model_dump_json(),
+                str(self.options.cache),
+                str(log),
+            ),
+        )
+        process.start()
+        handle = _Process(process, log, commands)
+        reply = self._wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
+        handle.loaded = (
+            reply
+            if isinstance(reply, dict)
+            else {"ok": False, "error": self._failure(reply, handle)}
+        )
+        self.workers[solution.name] = handle
+        return handle
+
+    def _stop(self, handle: _Process | None) -> None:
+        if handle is not None and handle.process.is_alive():
+            handle.process.kill()
+        if handle is not None:
+            handle.process.join(timeout=10)
+
+    def close(self) -> None:
+        for handle in self.workers.values():
+            if handle.process.is_alive() and handle.commands is not None:
+                handle.commands.put({"op": "exit"})
+            handle.process.join(timeout=5)
+            self._stop(handle)
+        if self.verifier_process is not None:
+            self.verify.put({"op": "exit"})
+            self.verifier_process.process.join(timeout=10)
+            self._stop(self.verifier_process)
+
+    def _wait(self, wanted: Callable[[dict], bool], seconds: float, watch: list[_Process]):
+        """The first message ``wanted`` accepts, or ("timeout"|"dead", process)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ("timeout", watch[0])
+            try:
+                message = self.results.get(timeout=min(0.5, remaining))
+            except queue.Empty:
+                for handle in watch:
+                    if not handle.process.is_alive():
+                        return ("dead", handle)
+                continue
+            if wanted(message):
+                return message
+
+    def _failure(self, outcome, handle: _Process) -> str:
+        kind, process = outcome
+        if kind == "timeout":
+            return f"no answer within {self.options.timeout:.0f} s"
+        tail = _log_tail(process.log)
+        return f"process {_death(process.process)}" + (f"; log: {tail}" if tail else "")
+
+    # ------------------------------------------------------------------ work
+
+    def _prepare(self, job: Job) -> dict:
+        """Pristine inputs and reference outputs of ``job`` in a live verifier."""
+        if self.verifier_process is not None and self.prepared is job:
+            return self.prepared_reply
+        if self.verifier_process is None or not self.verifier_process.process.is_alive():
+            self._start_verifier()
+        self.verify.put(
+            {
+                "op": "prepare",
+                "definition": job.definition.model_dump_json(),
+                "workload": job.workload.model_dump(mode="json"),
+                "capture": job.capture.model_dump(mode="json") if job.capture else None,
+                "data_root": str(self.options.data_root),
+                "tolerance": job.task.tolerance.model_dump(),
+                "canary": not self.options.validation_only,
+            }
+        )
+        reply = self._wait(
+            lambda m: m["op"] == "prepared", self.options.reference_timeout, [self.verifier_process]
+        )
+        if not isinstance(reply, dict):
+            error = "verifier: " + self._failure(reply, self.verifier_process)
+            self._stop(self.verifier_process)
+            self.verifier_process = None
+            reply = {"ok": False, "status": statuses.REFERENCE_ERROR, "error": error}
+        self.prepared, self.prepared_reply = job, reply
+        return reply
+
+    def run_job(self, job: Job) -> None:
+        for solution in job.solutions:
+            row = self._row(job, solution)
+            started = time.monotonic()
+            prepared = self._prepare(job)
+            if not prepared.get("ok"):
+                row.status, row.error = prepared["status"], prepared["error"]
+            else:
+                row.inputs, row.generator = prepared["inputs"], prepared["generator"]
+                self._judge(job, solution, row)
+            row.seconds = round(time.monotonic() - started, 3)
+            self.writer.write(row)
+            self.on_row(row)
+
+    def _row(self, job: Job, solution: Solution) -> CaseRow:
+        return CaseRow(
+            definition=job.definition.name,
+            solution=solution.name,
+            uuid=job.workload.uuid,
+            status=statuses.PASSED,
+            axes=job.workload.axes,
+            device=self.device,
+            hashes={
+                "solution": _digest(solution),
+                "definition": _digest(job.definition),
+                "task": _digest(job.task),
+            },
+        )
+
+    def _judge(self, job: Job, solution: Solution, row: CaseRow) -> None:
+        handle = self._worker(job, solution)
+        if not handle.loaded.get("ok"):
+            row.status, row.error = statuses.LOAD_FAILED, handle.loaded.get("error")
+            return
+        self.serial += 1
+        case = f"{self.device}#{self.serial}"
+        timing = job.task.timing.model_dump()
+        timing["cold_l2"] = self.options.cold_l2
+        handle.commands.put(
+            {
+                "op": "case",
+                "case_id": case,
+                "workload": job.workload.model_dump(mode="json"),
+                "capture": job.capture.model_dump(mode="json") if job.capture else None,
+                "data_root": str(self.options.data_root),
+                "timing": timing,
+            }
+        )
+        watch = [handle, self.verifier_process]
+        checked = self._stage(case, "checked", watch, row, handle)
+        if checked is None:
+            return
+        if checked["status"] != "sent":
+            row.status, row.error = checked["status"], checked.get("error")
+            return
+        verdict = self._stage(case, "verified", watch, row, handle)
+        if verdict is None:
+            return
+        row.outputs = {"call": verdict["outputs"].get("call", {})}
+        if verdict["status"] != statuses.PASSED or self.options.validation_only:
+            row.status, row.error = verdict["status"], verdict.get("error")
+            handle.commands.put({"op": "skip"})
+            return
+        handle.commands.put({"op": "continue"})
+        timed = self._stage(case, "timed", watch, row, handle)
+        if timed is None:
+            return
+        row.timing = timed["timing"]
+        verdict = self._stage(case, "verified", watch, row, handle)
+        if verdict is None:
+            return
+        handle.commands.put({"op": "done"})
+        row.outputs.update({k: v for k, v in verdict["outputs"].items() if k != "call"})
+        if verdict["status"] != statuses.PASSED:
+            row.status, row.error = verdict["status"], verdict.get("error")
+        elif any(isinstance(t, dict) and t.get("suspect") for t in row.timing.values()):
+            row.status = statuses.TIMING_SUSPECT
+            row.error = "the host waited far longer than the timed stream: work outside the timer"
+
+    def _stage(self, case: str, op: str, watch, row: CaseRow, handle: _Process) -> dict | None:
+        outcome = self._wait(
+            lambda m: m.get("case_id") == case and m["op"] == op, self.options.timeout, watch
+        )
+        if isinstance(outcome, dict):
+            return outcome
+        kind, process = outcome
+        if process is self.verifier_process:
+            row.status = statuses.REFERENCE_ERROR
+            row.error = "verifier: " + self._failure(outcome, process)
+            self._stop(self.verifier_process)
+            self._stop(handle)
+            self.verifier_process = None
+        else:
+            row.status = statuses.TIMEOUT if kind == "timeout" else statuses.CRASHED
+            row.error = self._failure(outcome, process)
+            self._stop(handle)
+            # The verifier may hold tensors of the dead worker; give it a fresh start.
+            self._stop(self.verifier_process)
+            self.verifier_process = None
+        return None
+
+
+def run_jobs(
+    jobs: list[Job],
+    devices: list[str],
+    options: Options,
+    writer: ResultWriter,
+    on_row: Callable[[CaseRow], None] = lambda row: None,
+) -> list[dict]:
+    """Judge every job; returns each lane's device environment (from its verifier)."""
+    pending: queue.Queue[Job] = queue.Queue()
+    for job in jobs:
+        pending.put(job)
+    lanes = [Lane(device, options, writer, on_row) for device in devices]
+
+    def drain(lane: Lane) -> None:
+        try:
+            while True:
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                lane.run_job(job)
+        finally:
+            lane.close()
+
+    threads = [threading.Thread(target=drain, args=(lane,), daemon=True) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [lane.environment or {"device": lane.device} for lane in lanes]

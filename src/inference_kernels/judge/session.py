@@ -1,0 +1,152 @@
+"""A judging session: select cases, skip finished ones, write rows, run the lanes.
+
+``judge`` is what ``inference-kernels run`` calls. Solutions come from the dataset's
+``solutions/`` (all of the selected definitions' by default) and from ``--candidate``
+files; a solution that cannot even be parsed still gets a failed row with a one-line
+error, so that a results file always accounts for what was asked.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..dataset.layout import Dataset
+from ..dataset.selection import Suite, select
+from ..errors import DatasetError
+from ..schema import CaseRow, Solution
+from . import statuses
+from .loader import candidate_solution
+from .results import ResultWriter, completed_cases, environment_row
+from .scheduler import Job, Options, run_jobs
+
+
+@dataclass
+class Request:
+    definitions: list[str] | None = None
+    solutions: list[str] | None = None
+    candidates: list[Path] = field(default_factory=list)
+    suite: Suite = "first"
+    workloads: list[str] | None = None
+    devices: list[str] = field(default_factory=lambda: ["cpu"])
+    report: Path | None = None
+    resume: bool = False
+    validation_only: bool = False
+    cold_l2: bool = False
+    timeout: float = 600.0
+    data_root: Path | None = None
+    cache: Path | None = None
+
+
+def default_cache() -> Path:
+    return Path(tempfile.gettempdir()) / "inference-kernels-cache"
+
+
+def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list[CaseRow]]:
+    """The selected solutions, and failed rows for those that cannot be parsed."""
+    chosen = [
+        s
+        for s in dataset.solutions.values()
+        if (not request.definitions or s.definition in request.definitions)
+        and (not request.solutions or s.name in request.solutions)
+    ]
+    failed = []
+    for problem in dataset.problems:
+        stem = Path(problem.file).stem
+        if problem.file.startswith("solutions/") and (
+            not request.solutions or stem in request.solutions
+        ):
+            failed.append(_failed_row(request, stem, str(problem)))
+    for path in request.candidates:
+        if not request.definitions or len(request.definitions) != 1:
+            raise DatasetError(path, "--candidate", "needs exactly one --definition")
+        try:
+            chosen.append(candidate_solution(path, request.definitions[0]))
+        except DatasetError as error:
+            failed.append(_failed_row(request, f"candidate:{path.name}", str(error)))
+    known = {s.name for s in dataset.solutions.values()}
+    for name in request.solutions or []:
+        if name not in known and not any(row.solution == name for row in failed):
+            failed.append(_failed_row(request, name, f"no solution named {name!r} in the dataset"))
+    return chosen, failed
+
+
+def _failed_row(request: Request, solution: str, error: str) -> CaseRow:
+    definition = (
+        request.definitions[0] if request.definitions and len(request.definitions) == 1 else "?"
+    )
+    return CaseRow(
+        definition=definition,
+        solution=solution,
+        uuid=None,
+        status=statuses.LOAD_FAILED,
+        error=error,
+    )
+
+
+def judge(
+    dataset: Dataset,
+    request: Request,
+    on_row: Callable[[CaseRow], None] = lambda r: None,
+    on_plan: Callable[[int], None] = lambda n: None,
+) -> list[dict]:
+    """Judge the requested cases; returns every row written (environment row first)."""
+    solutions, failed = _solutions(dataset, request)
+    cases = select(dataset, request.definitions, request.suite, request.workloads)
+    done = completed_cases(request.report) if request.resume and request.report else set()
+    if request.report and not request.resume and request.report.exists():
+        request.report.unlink()
+    jobs = []
+    for definition, workload in cases:
+        wanted = [
+            s
+            for s in solutions
+            if s.definition == definition.name
+            and (definition.name, s.name, workload.uuid) not in done
+        ]
+        if wanted:
+            jobs.append(
+                Job(
+                    definition,
+                    workload,
+                    dataset.tasks.get(definition.name) or _no_task(definition.name),
+                    wanted,
+                    dataset.captures.get(workload.uuid),
+                )
+            )
+    writer = ResultWriter(request.report)
+    cache = request.cache or default_cache()
+    devices = [{"device": device} for device in request.devices]
+    writer.write(
+        environment_row(
+            devices,
+            dataset=str(dataset.root),
+            resumed=bool(done),
+            suite=request.suite,
+            validation_only=request.validation_only,
+        )
+    )
+    for row in failed:
+        if (row.definition, row.solution, row.uuid) not in done:
+            writer.write(row)
+            on_row(row)
+    on_plan(sum(len(job.solutions) for job in jobs))
+    options = Options(
+        data_root=request.data_root or dataset.root,
+        cache=cache,
+        logs=cache / "logs",
+        timeout=request.timeout,
+        reference_timeout=max(request.timeout, 1800.0),
+        validation_only=request.validation_only,
+        cold_l2=request.cold_l2,
+    )
+    run_jobs(jobs, request.devices, options, writer, on_row)
+    return writer.rows
+
+
+def _no_task(definition: str):
+    raise DatasetError(
+        f"tasks/{definition}.json", "", "missing: a definition needs a task to be judged"
+    )

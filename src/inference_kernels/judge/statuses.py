@@ -1,0 +1,23 @@
+"""The statuses a case can end with. Everything but PASSED is a failure."""
+
+PASSED = "passed"
+
+# The solution could not be loaded or called as the definition requires.
+LOAD_FAILED = "load_failed"
+# The solution raised, the worker process died, or it ran past the case timeout.
+RUNTIME_ERROR = "runtime_error"
+CRASHED = "crashed"
+TIMEOUT = "timeout"
+# Output checks (acceptance.compare adds shape/dtype/device/type mismatch, nonfinite, mismatch,
+# trivial_output and reference_nonfinite).
+WRONG_OUTPUT_COUNT = "wrong_output_count"
+OUTPUT_ALIASES_INPUT = "output_aliases_input"
+INPUT_MUTATED = "input_mutated"
+# Timed calls must return what the checked call returned.
+TIMED_OUTPUT_MISMATCH = "timed_output_mismatch"
+GRAPH_OUTPUT_MISMATCH = "graph_output_mismatch"
+# Work the timer did not wait for (e.g. on a side stream).
+TIMING_SUSPECT = "timing_suspect"
+# The reference could not produce the expected outputs: the case cannot be judged.
+REFERENCE_ERROR = "reference_error"
+INPUT_ERROR = "input_error"

@@ -1,0 +1,1 @@
+"""Reports over results files: per-solution tables, paired comparisons, summaries."""
