@@ -63,9 +63,23 @@ def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list
         if not request.definitions or len(request.definitions) != 1:
             raise DatasetError(path, "--candidate", "needs exactly one --definition")
         try:
-            chosen.append(candidate_solution(path, request.definitions[0]))
+            candidate = candidate_solution(path, request.definitions[0])
         except DatasetError as error:
             failed.append(_failed_row(request, f"candidate:{path.name}", str(error)))
+            continue
+        if candidate.definition != request.definitions[0]:
+            failed.append(
+                _failed_row(
+                    request,
+                    candidate.name,
+                    (
+                        f"solution {candidate.name!r} is for {candidate.definition!r}, "
+                        f"not {request.definitions[0]!r}"
+                    ),
+                )
+            )
+        else:
+            chosen.append(candidate)
     known = {s.name for s in dataset.solutions.values()}
     for name in request.solutions or []:
         if name not in known and not any(row.solution == name for row in failed):

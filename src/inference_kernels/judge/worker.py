@@ -20,6 +20,7 @@ from .. import schema
 from ..errors import DatasetError
 from ..materialize.inputs import canary_workload, materialize
 from . import statuses
+from . import timing as timer  # binds the clocks before any solution is imported
 from .guards import aliased_inputs, as_list, is_plain_tensor, make_copies
 from .loader import LoadedSolution, SolutionLoadError, load_solution
 
@@ -200,8 +201,6 @@ class Worker:
     def _time(self, options: dict, workload, inputs, canary, nbytes: int):
         """Eager, prepared and graph timings, and the outputs to verify: those of the last
         timed call (on an unperturbed copy) and of the call on the canary inputs."""
-        from . import timing as timer
-
         warmup, iters, trials = options["warmup"], options["iters"], options["trials"]
         if self.device.type != "cuda":
             # CPU timings are indicative only: a short schedule keeps CPU runs quick.
@@ -244,8 +243,6 @@ class Worker:
 
     def _graph(self, workload, sets, count, warmup, iters, trials) -> tuple[dict, dict]:
         """CUDA graph timing: captured call 0 runs on set 0, call 1 on the canary."""
-        from . import timing as timer
-
         prepared = self.loaded.prepare is not None
         captured = max(iters, 2)
         order = [0, count] + [1 + j % max(count - 1, 1) for j in range(captured - 2)]
