@@ -36,7 +36,7 @@ def completed_cases(path: Path) -> set[tuple[str, str, str | None]]:
             break  # a torn final row from a killed run: drop it
         good += len(line) + 1
         if row.get("type") == "case":
-            done.add((row["definition"], row["solution"], row["uuid"]))
+            done.add((row["definition"], row["solution"], row.get("uuid")))
     if good < len(text):
         with path.open("r+") as stream:
             stream.truncate(good)

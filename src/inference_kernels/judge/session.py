@@ -8,6 +8,7 @@ error, so that a results file always accounts for what was asked.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,7 +107,8 @@ def judge(
     on_row: Callable[[CaseRow], None] = lambda r: None,
     on_plan: Callable[[int], None] = lambda n: None,
 ) -> list[dict]:
-    """Judge the requested cases; returns every row written (environment row first)."""
+    """Judge the requested cases; returns the rows of the whole report (environment first),
+    earlier rows included when resuming."""
     solutions, failed = _solutions(dataset, request)
     cases = select(dataset, request.definitions, request.suite, request.workloads)
     done = completed_cases(request.report) if request.resume and request.report else set()
@@ -157,7 +159,9 @@ def judge(
         cold_l2=request.cold_l2,
     )
     run_jobs(jobs, request.devices, options, writer, on_row)
-    return writer.rows
+    if request.report is None:
+        return writer.rows
+    return [json.loads(line) for line in request.report.read_text().splitlines() if line.strip()]
 
 
 def _no_task(definition: str):

@@ -1,0 +1,118 @@
+"""A run killed with SIGKILL and resumed ends with each case exactly once."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "tests/exploits/solutions"
+DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
+
+SLOW_MAIN = """import time
+
+from .honest import decode
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    time.sleep(0.4)
+    return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+"""
+
+
+def case_rows(report: Path) -> list[dict]:
+    rows = []
+    for line in report.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("type") == "case":
+            rows.append(row)
+    return rows
+
+
+def command(report: Path, candidate: Path, cache: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "inference_kernels.cli",
+        "run",
+        "-d",
+        DEFINITION,
+        "--suite",
+        "dev",
+        "--solution",
+        "none",
+        "--candidate",
+        str(candidate),
+        "--report",
+        str(report),
+        "--cache",
+        str(cache),
+        "--timeout",
+        "60",
+        *extra,
+    ]
+
+
+def test_killed_run_resumes_with_every_case_once(tmp_path):
+    candidate = tmp_path / "slow.json"
+    candidate.write_text(
+        json.dumps(
+            {
+                "name": "slow",
+                "definition": DEFINITION,
+                "author": "tests",
+                "spec": {
+                    "language": "python",
+                    "target_hardware": ["cpu"],
+                    "entry_point": "main.py::run",
+                    "destination_passing_style": False,
+                },
+                "sources": [
+                    {"path": "main.py", "content": SLOW_MAIN},
+                    {"path": "honest.py", "content": (SOLUTIONS / "honest.py").read_text()},
+                ],
+            }
+        )
+    )
+    report, cache = tmp_path / "results.jsonl", tmp_path / "cache"
+    process = subprocess.Popen(
+        command(report, candidate, cache),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if report.exists() and len([r for r in case_rows(report) if r["solution"] == "slow"]) >= 3:
+            break
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = [r for r in case_rows(report) if r["solution"] == "slow"]
+    assert 3 <= len(before) < 10
+    with report.open("a") as stream:
+        stream.write('{"type": "case", "definition": "torn')  # a row cut off by the kill
+    finished = subprocess.run(
+        command(report, candidate, cache, "--resume"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    after = [r for r in case_rows(report) if r["solution"] == "slow"]
+    assert finished.returncode == 1  # the unknown --solution none is a failed row
+    assert len(after) == 10
+    assert len({r["uuid"] for r in after}) == 10
+    assert all(r["status"] == "passed" for r in after)
+    assert after[: len(before)] == before  # nothing written before the kill was lost
+    environments = [
+        json.loads(line) for line in report.read_text().splitlines() if '"environment"' in line
+    ]
+    assert [e["resumed"] for e in environments] == [False, True]
