@@ -476,6 +476,116 @@ def _run_table(table: list[dict]) -> None:
     )
 
 
+def _baselines(dataset: Path | None) -> dict[str, str]:
+    try:
+        loaded = _load(dataset)
+    except DatasetError:
+        return {}
+    return {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+
+
+def _read(path: Path) -> list[dict]:
+    from .report.rows import read_rows
+
+    try:
+        return read_rows(path)
+    except DatasetError as error:
+        _fail(str(error))
+
+
+@app.command()
+def compare(
+    first: Annotated[Path, typer.Argument(help="Results file (JSONL) of the new run.")],
+    second: Annotated[
+        Path | None, typer.Argument(help="Results of an old run to compare against.")
+    ] = None,
+    solution: Annotated[str | None, typer.Option(help="Only this solution.")] = None,
+    against: Annotated[
+        str | None, typer.Option(help="Compare against this solution (default: the baseline).")
+    ] = None,
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Paired per-workload speedups: geometric mean, range and count faster, by definition."""
+    from .report.compare import comparison
+
+    rows = _read(first)
+    other = _read(second) if second else None
+    table = comparison(rows, other, _baselines(dataset), solution, against)
+    if as_json:
+        print(json.dumps(table, indent=2))
+        return
+    view = Table(title="paired speedups (old time / new time)")
+    for column in ("definition", "solution", "against", "pairs", "speedup", "range", "faster"):
+        view.add_column(column)
+    for entry in table:
+        speedup = f"{entry['speedup']:.3f}x" if entry["speedup"] else "-"
+        spread = f"{entry['min']:.2f}-{entry['max']:.2f}" if entry["pairs"] else "-"
+        view.add_row(
+            entry["definition"],
+            entry["solution"],
+            entry["against"],
+            str(entry["pairs"]),
+            speedup,
+            spread,
+            f"{entry['faster']}/{entry['pairs']}",
+        )
+    console.print(view)
+
+
+@app.command()
+def summary(
+    results: Annotated[Path, typer.Argument(help="Results file (JSONL).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for summary.json and performance.md.")
+    ] = Path("results"),
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write summary.json (coverage, statuses, environment) and performance.md."""
+    from .report.summary import performance_markdown
+    from .report.summary import summary as summarize
+
+    report = summarize(_read(results), _baselines(dataset))
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    (output / "performance.md").write_text(performance_markdown(report))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        console.print(
+            f"wrote {output / 'summary.json'} and {output / 'performance.md'}: "
+            f"{report['cases']} cases, {report['statuses']}",
+            highlight=False,
+        )
+
+
+@app.command()
+def preferred(
+    results: Annotated[Path, typer.Argument(help="Results file (JSONL).")],
+    output: Annotated[Path, typer.Option("--output", "-o")] = Path(
+        "results/preferred-solutions.json"
+    ),
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pick one measured solution per definition (preferred-solutions.json)."""
+    from .report.summary import preferred as choose
+
+    picked = choose(_read(results), _baselines(dataset))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(picked, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(picked, indent=2))
+    else:
+        for entry in picked["definitions"]:
+            console.print(
+                f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us)",
+                highlight=False,
+            )
+        console.print(f"wrote {output}", highlight=False)
+
+
 def _reference_table(runs) -> None:
     table = Table(title="reference runs")
     for column in ("definition", "axes", "inputs", "status", "make s", "ref s", "peak MiB"):

@@ -1,0 +1,66 @@
+"""Paired comparisons: solution X against solution Y on the workloads both passed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .rows import case_rows, case_time, geomean
+
+
+def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
+    """(definition, solution) -> {uuid: time_us} over passed cases (the last row wins)."""
+    times: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for row in case_rows(rows):
+        measured = case_time(row)
+        if measured:
+            times[(row["definition"], row["solution"])][row["uuid"]] = measured[0]
+    return times
+
+
+def paired(
+    new: dict[tuple[str, str], dict[str, float]],
+    old: dict[tuple[str, str], dict[str, float]],
+    pairs: list[tuple[str, str, str]],
+) -> list[dict[str, Any]]:
+    """For each (definition, solution in ``new``, solution in ``old``): speedups old/new."""
+    table = []
+    for definition, solution, against in pairs:
+        mine, theirs = new.get((definition, solution), {}), old.get((definition, against), {})
+        ratios = [theirs[u] / mine[u] for u in mine if u in theirs]
+        table.append(
+            {
+                "definition": definition,
+                "solution": solution,
+                "against": against,
+                "pairs": len(ratios),
+                "speedup": geomean(ratios),
+                "min": min(ratios) if ratios else None,
+                "max": max(ratios) if ratios else None,
+                "faster": sum(r > 1 for r in ratios),
+            }
+        )
+    return table
+
+
+def comparison(
+    first: list[dict[str, Any]],
+    second: list[dict[str, Any]] | None,
+    baselines: dict[str, str],
+    solution: str | None = None,
+    against: str | None = None,
+) -> list[dict[str, Any]]:
+    """Speedups of ``solution`` (default: each one) over ``against`` (default: the task
+    baseline), within one results file or, given ``second``, of ``first`` over ``second``
+    (same solution name unless ``against`` says otherwise)."""
+    new = times_by_case(first)
+    old = times_by_case(second) if second is not None else new
+    pairs = []
+    for definition, name in sorted(new):
+        if solution and name != solution:
+            continue
+        other = against or (name if second is not None else baselines.get(definition))
+        if other is None or (second is None and other == name):
+            continue
+        pairs.append((definition, name, other))
+    return paired(new, old, pairs)

@@ -1,0 +1,84 @@
+"""summary.json, performance.md and preferred-solutions.json from a results file."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from .rows import case_rows
+from .tables import solution_table
+
+
+def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
+    cases = case_rows(rows)
+    environments = [row for row in rows if row.get("type") == "environment"]
+    statuses = Counter(row["status"] for row in cases)
+    inputs = Counter(row.get("inputs", "unknown") for row in cases)
+    return {
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "status": "passed" if cases and statuses.keys() == {"passed"} else "failed",
+        "cases": len(cases),
+        "statuses": dict(statuses),
+        "inputs": dict(inputs),
+        "definitions": len({row["definition"] for row in cases}),
+        "workloads": len({(row["definition"], row.get("uuid")) for row in cases}),
+        "environment": environments[-1] if environments else None,
+        "solutions": solution_table(rows, baselines),
+    }
+
+
+def performance_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# Performance",
+        "",
+        f"{report['cases']} cases over {report['definitions']} definitions; statuses: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(report["statuses"].items()))
+        + ". Inputs: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(report["inputs"].items()))
+        + " (stand-in inputs are generated, not captured).",
+        "",
+        "Times are geometric means over passed workloads, in microseconds per call; the speedup "
+        "is the paired geometric mean over the task baseline on the same workloads.",
+        "",
+        "| definition | solution | passed | time (us) | method | speedup |",
+        "|---|---|---:|---:|---|---:|",
+    ]
+    for entry in report["solutions"]:
+        time_us = f"{entry['time_us']:.2f}" if entry["time_us"] else "-"
+        speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "-"
+        lines.append(
+            f"| {entry['definition']} | {entry['solution']} | {entry['passed']}/{entry['cases']} "
+            f"| {time_us} | {entry['method']} | {speedup} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
+    """One measured choice per definition: the fastest solution that passed every case it
+    ran, among those that ran the most workloads."""
+    chosen = []
+    table = solution_table(rows, baselines)
+    for definition in sorted({entry["definition"] for entry in table}):
+        entries = [
+            e
+            for e in table
+            if e["definition"] == definition and e["time_us"] and e["passed"] == e["cases"]
+        ]
+        if not entries:
+            continue
+        widest = max(e["cases"] for e in entries)
+        best = min((e for e in entries if e["cases"] == widest), key=lambda e: e["time_us"])
+        chosen.append(
+            {
+                "definition": definition,
+                "solution": best["solution"],
+                "time_us": best["time_us"],
+                "workloads": best["cases"],
+                "speedup_over_baseline": best["speedup"],
+                "inputs": best["inputs"],
+                "scope": "fastest of the measured solutions that passed every judged workload; "
+                "not a claim of global optimality",
+            }
+        )
+    return {"written_at": datetime.now(UTC).isoformat(timespec="seconds"), "definitions": chosen}
