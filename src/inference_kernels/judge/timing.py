@@ -76,6 +76,28 @@ def suspect(measurement: Measurement) -> bool:
     return host * calls > SUSPECT_RATIO * measurement.median_us * calls + SUSPECT_SLACK_US
 
 
+# Slow calls get a shorter schedule than the task's, so that timing one case takes
+# seconds, not hours: about this long per sample, and this long in all.
+SAMPLE_SECONDS = 0.1
+CASE_SECONDS = 3.0
+
+
+def schedule(options: dict, call_seconds: float, device: torch.device) -> tuple[int, int, int]:
+    """(warmup, iters, trials): the task's, shortened for slow calls and on the CPU.
+
+    ``call_seconds`` is the duration of one untimed call. Trials never drop below 3.
+    """
+    warmup, iters, trials = options["warmup"], options["iters"], options["trials"]
+    if device.type != "cuda":  # CPU timings are indicative only
+        return min(warmup, 1), 1, min(trials, 3)
+    if call_seconds <= 0:
+        return warmup, iters, trials
+    iters = max(1, min(iters, int(SAMPLE_SECONDS / call_seconds)))
+    trials = max(3, min(trials, int(CASE_SECONDS / (call_seconds * iters))))
+    warmup = max(1, min(warmup, int(SAMPLE_SECONDS / call_seconds)))
+    return warmup, iters, trials
+
+
 Call = Callable[[int], Any]  # call(i) runs call number i and returns its outputs
 
 
@@ -159,7 +181,7 @@ def graph(call: Call, warmup: int, iters: int, trials: int, device: torch.device
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        for i in range(max(3, warmup)):
+        for i in range(max(1, warmup)):
             call(i % iters)
     torch.cuda.current_stream(device).wait_stream(side)
     _synchronize(device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ class Worker:
         self.output_names = list(self.definition.outputs)
         self.cache = cache
         self.loaded: LoadedSolution | None = None
+        self.call_seconds = 0.0  # the checked call's duration, which sizes the timing schedule
 
     # ------------------------------------------------------------------ calls
 
@@ -118,8 +120,10 @@ class Worker:
             return
         inputs = made.values
         try:
+            began = time.perf_counter()
             outputs = self._caller(workload, [inputs], prepared=False)(0)
             self._synchronize()
+            self.call_seconds = time.perf_counter() - began
         except Exception as error:
             self.results.put(
                 {
@@ -201,10 +205,7 @@ class Worker:
     def _time(self, options: dict, workload, inputs, canary, nbytes: int):
         """Eager, prepared and graph timings, and the outputs to verify: those of the last
         timed call (on an unperturbed copy) and of the call on the canary inputs."""
-        warmup, iters, trials = options["warmup"], options["iters"], options["trials"]
-        if self.device.type != "cuda":
-            # CPU timings are indicative only: a short schedule keeps CPU runs quick.
-            warmup, iters, trials = min(warmup, 1), 1, min(trials, 3)
+        warmup, iters, trials = timer.schedule(options, self.call_seconds, self.device)
         total = warmup + iters * trials
         count, share = self._copy_plan(nbytes, total)
         sets = make_copies(inputs, count, share_integers=share) + [canary]
@@ -214,7 +215,10 @@ class Worker:
         def pick(i: int) -> int:  # fresh sets in turn; the last call on set 0 (unperturbed)
             return count if i == canary_call else (last - i) % count
 
-        results: dict[str, Any] = {"copies": {"sets": count, "integers_shared": share}}
+        results: dict[str, Any] = {
+            "schedule": {"warmup": warmup, "iters": iters, "trials": trials},
+            "copies": {"sets": count, "integers_shared": share},
+        }
         timed: dict[str, list] = {}
         methods = [("eager", False)] + ([("prepared", True)] if self.loaded.prepare else [])
         for method, prepared in methods:

@@ -1,0 +1,80 @@
+import json
+
+import pytest
+
+from inference_kernels.report.compare import comparison
+from inference_kernels.report.summary import performance_markdown, preferred, summary
+from inference_kernels.report.tables import solution_table
+
+
+def case(solution, uuid, status="passed", graph=None, eager=None, definition="d"):
+    timing = {}
+    if graph is not None:
+        timing["graph"] = {"median_us": graph, "method": "cuda-graph"}
+    if eager is not None:
+        timing["eager"] = {"median_us": eager, "method": "cuda-events"}
+    return {
+        "type": "case",
+        "definition": definition,
+        "solution": solution,
+        "uuid": uuid,
+        "status": status,
+        "timing": timing,
+        "inputs": "stand-in",
+    }
+
+
+ROWS = [
+    {"type": "environment", "started_at": "t", "devices": [], "versions": {}},
+    case("base", "w1", graph=10.0, eager=12.0),
+    case("base", "w2", graph=40.0),
+    case("base", "w3", graph=5.0),
+    case("fast", "w1", graph=5.0),
+    case("fast", "w2", graph=10.0),
+    case("fast", "w3", status="mismatch"),
+    case("eager_only", "w1", eager=20.0),
+]
+
+
+def test_graph_time_is_preferred_and_speedups_are_paired_geomeans():
+    table = {e["solution"]: e for e in solution_table(ROWS, {"d": "base"})}
+    assert table["base"]["time_us"] == pytest.approx((10 * 40 * 5) ** (1 / 3))
+    assert table["fast"]["passed"] == 2 and table["fast"]["failed"] == {"mismatch": 1}
+    assert table["fast"]["speedup"] == pytest.approx((2 * 4) ** 0.5)  # w1: 10/5, w2: 40/10
+    assert table["eager_only"]["method"] == "cuda-events"
+    assert table["eager_only"]["speedup"] == pytest.approx(10 / 20)
+
+
+def test_compare_within_one_file_against_the_baseline():
+    result = {e["solution"]: e for e in comparison(ROWS, None, {"d": "base"})}
+    assert set(result) == {"fast", "eager_only"}
+    fast = result["fast"]
+    assert (fast["pairs"], fast["faster"], fast["min"], fast["max"]) == (2, 2, 2.0, 4.0)
+
+
+def test_compare_two_runs_of_the_same_solution():
+    old = [case("fast", "w1", graph=8.0), case("fast", "w2", graph=10.0)]
+    (entry,) = comparison(
+        [case("fast", "w1", graph=4.0), case("fast", "w2", graph=20.0)], old, {}, solution="fast"
+    )
+    assert entry["against"] == "fast" and entry["pairs"] == 2
+    assert entry["speedup"] == pytest.approx(1.0) and entry["faster"] == 1
+
+
+def test_summary_and_markdown_count_statuses_and_inputs():
+    report = summary(ROWS, {"d": "base"})
+    assert report["status"] == "failed" and report["statuses"] == {"passed": 6, "mismatch": 1}
+    assert report["inputs"] == {"stand-in": 7} and report["workloads"] == 3
+    text = performance_markdown(report)
+    assert "| d | fast | 2/3 | 7.07 | cuda-graph | 2.83x |" in text
+    assert "stand-in 7" in text
+    json.dumps(report)  # serializable
+
+
+def test_preferred_takes_the_fastest_solution_that_passed_everything_it_ran():
+    rows = ROWS + [case("complete", u, graph=20.0) for u in ("w1", "w2", "w3")]
+    (choice,) = preferred(rows, {"d": "base"})["definitions"]
+    assert choice["solution"] == "base"  # 'fast' failed a case; 'complete' is slower
+    rows.append(case("complete", "w4", graph=1.0))
+    (choice,) = preferred(rows, {"d": "base"})["definitions"]
+    assert choice["solution"] == "complete"  # it covers the most workloads
