@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, then the baseline
-# solutions judged on every dev workload. STEPS picks steps (exploits,fidelity,dev);
+# solutions judged on the smallest and the dev workloads. STEPS picks steps
+# (exploits,fidelity,first,dev);
 # RESUME=--resume continues results/gpu-dev.jsonl. Copies what it produced into $OUT.
 # Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/.
 set -uo pipefail
@@ -14,17 +15,18 @@ fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
 if [[ $STEPS == *exploits* ]]; then
-  python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
+  timeout 150 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
 fi
 if [[ $STEPS == *fidelity* ]]; then
-  python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
+  timeout 120 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
 fi
-if [[ $STEPS == *dev* ]]; then
+for suite in first dev; do
+  [[ $STEPS == *$suite* ]] || continue
   started=$(date +%s)
-  timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
-    --report results/gpu-dev.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/dev-run.log" 2>&1
-  echo "run exit $? after $(( $(date +%s) - started )) s" | tee -a "$OUT/dev-run.log"
-  cp results/gpu-dev.jsonl "$OUT/"
-  python3 -m inference_kernels.cli summary results/gpu-dev.jsonl -o "$OUT" >/dev/null
-  tail -5 "$OUT/dev-run.log"
-fi
+  timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite $suite \
+    --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/$suite-run.log" 2>&1
+  echo "run exit $? after $(( $(date +%s) - started )) s" | tee -a "$OUT/$suite-run.log"
+  cp results/gpu-$suite.jsonl "$OUT/"
+  python3 -m inference_kernels.cli summary results/gpu-$suite.jsonl -o "$OUT" >/dev/null
+  tail -5 "$OUT/$suite-run.log"
+done

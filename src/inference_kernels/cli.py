@@ -352,9 +352,14 @@ def run(
         list[Path] | None,
         typer.Option(help="A main.py defining run(), or a solution JSON, for one --definition."),
     ] = None,
-    suite: SuiteOption = "first",
+    suite: Annotated[
+        str | None,
+        typer.Option(help="first, dev or all (default: dev on CUDA, first on the CPU)."),
+    ] = None,
     workload: WorkloadOption = None,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[
+        str, typer.Option(help="cpu, cuda, or auto (CUDA when there is a GPU).")
+    ] = "auto",
     gpus: Annotated[
         str | None, typer.Option(help="CUDA devices to use, e.g. 0,1 (default: all).")
     ] = None,
@@ -379,15 +384,18 @@ def run(
     as_json: JsonOption = False,
 ) -> None:
     """Judge solutions on workloads: correctness under the task's tolerance, then timing."""
+    import torch
+
     from .judge.session import Request, judge
     from .report.tables import solution_table
 
-    if device not in ("cpu", "cuda"):
-        _fail(f"--device {device!r} is not cpu or cuda")
+    if device not in ("cpu", "cuda", "auto"):
+        _fail(f"--device {device!r} is not cpu, cuda or auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    suite = suite or ("dev" if device == "cuda" else "first")
     devices = ["cpu"]
     if device == "cuda":
-        import torch
-
         if not torch.cuda.is_available():
             _fail("--device cuda: no CUDA device is visible")
         indices = gpus.split(",") if gpus else [str(i) for i in range(torch.cuda.device_count())]

@@ -11,6 +11,7 @@ def test_schedule_shortens_slow_calls_but_keeps_three_trials():
     assert timing.schedule(task, 0.01, cuda) == (10, 10, 7)
     assert timing.schedule(task, 2.0, cuda) == (1, 1, 3)
     assert timing.schedule(task, 0.5, torch.device("cpu")) == (1, 1, 3)
+    assert timing.schedule(task, 5.0, torch.device("cpu")) == (1, 1, 1)
 
 
 def test_copies_are_fresh_and_perturbed_by_about_one_ulp():

@@ -155,11 +155,7 @@ class Lane:
             handle.process.join(timeout=10)
 
     def close(self) -> None:
-        for handle in self.workers.values():
-            if handle.process.is_alive() and handle.commands is not None:
-                handle.commands.put({"op": "exit"})
-            handle.process.join(timeout=5)
-            self._stop(handle)
+        self._retire_workers(set())
         if self.verifier_process is not None:
             self.verify.put({"op": "exit"})
             self.verifier_process.process.join(timeout=10)
@@ -219,7 +215,17 @@ class Lane:
         self.prepared, self.prepared_reply = job, reply
         return reply
 
+    def _retire_workers(self, keep: set[str]) -> None:
+        """Stop the workers of solutions the next job does not use (their memory goes too)."""
+        for name in [name for name in self.workers if name not in keep]:
+            handle = self.workers.pop(name)
+            if handle.process.is_alive() and handle.commands is not None:
+                handle.commands.put({"op": "exit"})
+                handle.process.join(timeout=5)
+            self._stop(handle)
+
     def run_job(self, job: Job) -> None:
+        self._retire_workers({solution.name for solution in job.solutions})
         for solution in job.solutions:
             row = self._row(job, solution)
             started = time.monotonic()

@@ -80,16 +80,20 @@ def suspect(measurement: Measurement) -> bool:
 # seconds, not hours: about this long per sample, and this long in all.
 SAMPLE_SECONDS = 0.1
 CASE_SECONDS = 3.0
+# Graph samples start after this much replaying: GPU clocks settle under sustained work,
+# and short bursts after idle time would otherwise read fast and vary from run to run.
+STEADY_SECONDS = 0.25
 
 
 def schedule(options: dict, call_seconds: float, device: torch.device) -> tuple[int, int, int]:
     """(warmup, iters, trials): the task's, shortened for slow calls and on the CPU.
 
-    ``call_seconds`` is the duration of one untimed call. Trials never drop below 3.
+    ``call_seconds`` is the duration of one untimed call. On CUDA, trials never drop
+    below 3; on the CPU a call over a second is timed once.
     """
     warmup, iters, trials = options["warmup"], options["iters"], options["trials"]
-    if device.type != "cuda":  # CPU timings are indicative only
-        return min(warmup, 1), 1, min(trials, 3)
+    if device.type != "cuda":  # CPU timings are indicative only: keep CPU runs short
+        return (1, 1, 1) if call_seconds > 1.0 else (1, 1, min(trials, 3))
     if call_seconds <= 0:
         return warmup, iters, trials
     iters = max(1, min(iters, int(SAMPLE_SECONDS / call_seconds)))
@@ -170,11 +174,25 @@ def eager_cold(
     return _summary("cuda-events, cold L2", samples, 1), kept
 
 
+def _steady(replay: Callable[[], None], device: torch.device) -> None:
+    """Replay for about STEADY_SECONDS, so samples see the clocks of sustained work."""
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    _record(start)
+    replay()
+    _record(end)
+    _event_synchronize(end)
+    once = max(_elapsed(start, end) / 1000, 1e-6)
+    for _ in range(min(int(STEADY_SECONDS / once), 10_000)):
+        replay()
+    _synchronize(device)
+
+
 def graph(call: Call, warmup: int, iters: int, trials: int, device: torch.device):
     """Capture calls 0..iters-1 in one CUDA graph and time its replays.
 
     The captured calls' outputs are poisoned (NaN / all-ones) before the first replay,
-    so work that escaped the capture leaves them poisoned. Returns (Measurement, the
+    so work that escaped the capture leaves them poisoned. Samples follow about
+    STEADY_SECONDS of untimed replays. Returns (Measurement, the
     outputs of every captured call, as the last replay left them). Capture errors
     propagate to the caller.
     """
@@ -191,6 +209,7 @@ def graph(call: Call, warmup: int, iters: int, trials: int, device: torch.device
     for produced in outputs:
         poison(produced)
     _synchronize(device)
+    _steady(cuda_graph.replay, device)
     samples = []
     for _ in range(trials):
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)

@@ -24,15 +24,19 @@ from safetensors.torch import load_file, save_file
 from .. import schema
 from ..acceptance import compare
 from ..errors import DatasetError
-from ..materialize.inputs import canary_workload, materialize
+from ..materialize.inputs import canary_inputs, materialize
 from ..materialize.references import output_problems, run_reference
 from ..materialize.standins import STANDIN_VERSION
 from . import statuses
 
 
-def reference_key(definition: schema.Definition, workload: schema.Workload, device: str) -> str:
-    """Cache key: reference source, the workload (axes, descriptors), torch and device type."""
+def reference_key(
+    definition: schema.Definition, workload: schema.Workload, device: str, variant: str = ""
+) -> str:
+    """Cache key: reference source, the workload (axes, descriptors), torch and device type
+    (and ``canary`` for the canary inputs of the workload)."""
     material = {
+        "variant": variant,
         "definition": definition.name,
         "reference": definition.reference,
         "outputs": {k: v.model_dump() for k, v in definition.outputs.items()},
@@ -83,16 +87,11 @@ class Verifier:
             return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
         canary_expected = None
         if message.get("canary"):
-            canary = canary_workload(workload)
-            canary_inputs = materialize(
-                definition,
-                canary,
-                data_root=Path(message["data_root"]),
-                device=self.device,
-                capture=capture,
-            ).values
-            canary_expected, _ = self._reference(definition, canary, canary_inputs)
-            del canary_inputs
+            mixed = canary_inputs(
+                definition, workload, made.values, device=self.device, capture=capture
+            )
+            canary_expected, _ = self._reference(definition, workload, mixed, variant="canary")
+            del mixed
             if isinstance(canary_expected, str):
                 return {
                     "ok": False,
@@ -115,11 +114,11 @@ class Verifier:
             "seconds": time.perf_counter() - started,
         }
 
-    def _reference(self, definition, workload, inputs) -> tuple[list | str, bool]:
+    def _reference(self, definition, workload, inputs, variant="") -> tuple[list | str, bool]:
         path = (
             self.cache
             / "references"
-            / f"{reference_key(definition, workload, str(self.device))}.safetensors"
+            / f"{reference_key(definition, workload, str(self.device), variant)}.safetensors"
         )
         if path.exists():
             stored = load_file(str(path), device=str(self.device))

@@ -1,7 +1,7 @@
 """Write selected workloads as a self-contained dataset whose tensors are safetensors blobs.
 
-The output holds, for each selected definition, its definition and task files, the
-selected workloads (every ``random`` input written as a stand-in blob, labelled in
+The output holds, for each selected definition, its definition, task and solution
+files, the selected workloads (every ``random`` input written as a stand-in blob, labelled in
 the blob's metadata; existing blobs copied), and their capture records. The task's
 dev list keeps only the selected uuids, so the subset passes ``check`` on its own.
 """
@@ -54,6 +54,11 @@ def export_dataset(
         workload_file = output / "workloads" / op_type / f"{name}.jsonl"
         workload_file.parent.mkdir(parents=True, exist_ok=True)
         workload_file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        for solution, path in dataset.solution_files.items():
+            if dataset.solutions[solution].definition == name:
+                target = output / path.relative_to(dataset.root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
         if name in dataset.tasks:
             selected = {w.uuid for w in workloads}
             task = dataset.tasks[name]

@@ -55,6 +55,29 @@ def canary_workload(workload: Workload) -> Workload:
     return workload.model_copy(update={"uuid": f"{workload.uuid}/canary", "inputs": inputs})
 
 
+def canary_inputs(
+    definition: Definition,
+    workload: Workload,
+    primary: list[Any],
+    *,
+    device: str | torch.device = "cpu",
+    capture: CaptureRecord | None = None,
+) -> list[Any]:
+    """Inputs for the canary call: fresh floating tensors (stand-ins from other streams),
+    with the primary set's integer tensors (indices, page tables, scale bytes) and scalars.
+
+    The mix keeps every structural invariant of the primary inputs, costs no memory for
+    large integer tensors such as packed weights, and gives different outputs.
+    """
+    _, generated = standins.generate(definition, canary_workload(workload), capture)
+    values = []
+    for name, value in zip(definition.inputs, primary, strict=True):
+        fresh = isinstance(value, torch.Tensor) and value.is_floating_point()
+        values.append(generated[name].to(value.device) if fresh else value)
+    del generated
+    return values
+
+
 def materialize(
     definition: Definition,
     workload: Workload,
