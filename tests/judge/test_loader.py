@@ -1,0 +1,78 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.loader import SolutionLoadError, load_solution, write_package
+from inference_kernels.judge.session import Request, judge
+from inference_kernels.schema import Solution
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
+HONEST = (ROOT / "tests/exploits/solutions/honest.py").read_text()
+
+DPS_MAIN = """from .honest import decode
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
+    result, updated = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    output.copy_(result)
+    new_state.copy_(updated)
+"""
+
+
+def make(main: str, dps: bool, entry: str = "main.py::run") -> Solution:
+    return Solution.model_validate(
+        {
+            "name": "dps" if dps else "plain",
+            "definition": DEFINITION,
+            "author": "tests",
+            "spec": {
+                "language": "python",
+                "target_hardware": ["cpu"],
+                "entry_point": entry,
+                "destination_passing_style": dps,
+            },
+            "sources": [
+                {"path": "main.py", "content": main},
+                {"path": "honest.py", "content": HONEST},
+            ],
+        }
+    )
+
+
+def test_sources_land_in_a_content_hashed_package(tmp_path):
+    solution = make(DPS_MAIN, True)
+    first = write_package(solution, tmp_path)
+    assert first == write_package(solution, tmp_path)  # same content, same place
+    assert (first / "main.py").read_text() == DPS_MAIN and (first / "__init__.py").exists()
+    assert first != write_package(make(DPS_MAIN + "\n", True), tmp_path)
+
+
+def test_signature_is_checked_against_the_definition(tmp_path):
+    definition = load_dataset(ROOT / "dataset").definitions[DEFINITION]
+    loaded = load_solution(make(DPS_MAIN, True), definition, tmp_path)
+    assert loaded.prepare is None
+    with pytest.raises(
+        SolutionLoadError, match="takes 11 positional arguments, the definition passes 9"
+    ):
+        load_solution(make(DPS_MAIN, False), definition, tmp_path)
+
+
+def test_destination_passing_solution_is_judged(tmp_path):
+    candidate = tmp_path / "dps.json"
+    candidate.write_text(make(DPS_MAIN, True).model_dump_json())
+    request = Request(
+        definitions=[DEFINITION],
+        solutions=["none"],
+        candidates=[candidate],
+        report=tmp_path / "r.jsonl",
+        cache=tmp_path / "cache",
+        timeout=60,
+    )
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    (row,) = [r for r in rows if r.get("solution") == "dps"]
+    assert row["status"] == "passed", row.get("error")
+    assert set(row["outputs"]) >= {"call", "eager", "eager canary"}
+    assert json.dumps(row)  # a plain JSON row
