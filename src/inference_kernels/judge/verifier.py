@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +27,7 @@ from ..materialize.inputs import canary_inputs, materialize
 from ..materialize.references import output_problems, run_reference
 from ..materialize.standins import STANDIN_VERSION
 from . import statuses
+from .logs import redirect_output
 
 
 def reference_key(
@@ -178,11 +178,7 @@ class Verifier:
 
 
 def main(device: str, queue, results, cache: str, log: str) -> None:
-    handle = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(handle, 1)
-    os.dup2(handle, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    redirect_output(Path(log))
     verifier = Verifier(device, results, Path(cache))
     results.put({"op": "hello", "environment": device_environment(verifier.device)})
     while True:

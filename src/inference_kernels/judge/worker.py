@@ -10,8 +10,6 @@ what happened here; the verdict on correctness is the verifier's.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -24,18 +22,10 @@ from . import statuses
 from . import timing as timer  # binds the clocks before any solution is imported
 from .guards import aliased_inputs, as_list, is_plain_tensor, make_copies
 from .loader import LoadedSolution, SolutionLoadError, load_solution
+from .logs import redirect_output
 
 COPY_BUDGET_CPU = 1 << 30  # bytes of input copies for timing on the CPU
 COPY_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
-
-
-def _redirect_output(log: Path) -> None:
-    """Send this process's stdout/stderr (Python and native) to ``log``."""
-    handle = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(handle, 1)
-    os.dup2(handle, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
 def _one_line(error: BaseException) -> str:
@@ -270,7 +260,7 @@ class Worker:
 def main(
     device: str, commands, verify, results, definition: str, solution: str, cache: str, log: str
 ) -> None:
-    _redirect_output(Path(log))
+    redirect_output(Path(log))
     worker = Worker(device, commands, verify, results, definition, solution, Path(cache))
     try:
         worker.loaded = load_solution(worker.solution, worker.definition, worker.cache)
