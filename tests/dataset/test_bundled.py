@@ -1,10 +1,11 @@
 """The bundled dataset is the seed system's: names, inputs, axes, tolerances, dev sets."""
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import BUNDLED
 
+BUNDLED = Path(__file__).resolve().parents[2] / "dataset"
 INTERFACES = json.loads((BUNDLED / "docs/interface-audit/interfaces.json").read_text())
 BF16 = {"atol": 0.005, "rtol": 0.016}
 FP32 = {"atol": 2e-05, "rtol": 0.0001}
