@@ -88,7 +88,6 @@ class Lane:
     options: Options
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
-    environment: dict | None = None
     results: Any = field(default=None, init=False)
     verify: Any = field(default=None, init=False)
     verifier_process: _Process | None = field(default=None, init=False)
@@ -113,9 +112,7 @@ class Lane:
         )
         process.start()
         self.verifier_process = _Process(process, log)
-        hello = self._wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
-        if isinstance(hello, dict):
-            self.environment = hello["environment"]
+        self._wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])  # the verifier is up
 
     def _worker(self, job: Job, solution: Solution) -> _Process:
         handle = self.workers.get(solution.name)
@@ -333,8 +330,8 @@ def run_jobs(
     options: Options,
     writer: ResultWriter,
     on_row: Callable[[CaseRow], None] = lambda row: None,
-) -> list[dict]:
-    """Judge every job; returns each lane's device environment (from its verifier)."""
+) -> None:
+    """Judge every job, one lane per device."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
@@ -356,4 +353,3 @@ def run_jobs(
         thread.start()
     for thread in threads:
         thread.join()
-    return [lane.environment or {"device": lane.device} for lane in lanes]

@@ -180,7 +180,7 @@ class Verifier:
 def main(device: str, queue, results, cache: str, log: str) -> None:
     redirect_output(Path(log))
     verifier = Verifier(device, results, Path(cache))
-    results.put({"op": "hello", "environment": device_environment(verifier.device)})
+    results.put({"op": "hello"})
     while True:
         message = queue.get()
         op = message["op"]
@@ -207,17 +207,3 @@ def main(device: str, queue, results, cache: str, log: str) -> None:
             }
         )
         message = reply = None  # drop shared tensors before the next message
-
-
-def device_environment(device: torch.device) -> dict[str, Any]:
-    if device.type != "cuda":
-        return {"device": str(device), "name": "cpu", "threads": torch.get_num_threads()}
-    properties = torch.cuda.get_device_properties(device)
-    return {
-        "device": str(device),
-        "name": properties.name,
-        "capability": f"{properties.major}.{properties.minor}",
-        "memory_bytes": properties.total_memory,
-        "multiprocessors": properties.multi_processor_count,
-        "l2_cache_bytes": getattr(properties, "L2_cache_size", None),
-    }
