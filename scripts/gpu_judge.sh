@@ -25,7 +25,9 @@ for suite in first dev; do
   started=$(date +%s)
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite $suite \
     --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/$suite-run.log" 2>&1
-  echo "run exit $? after $(( $(date +%s) - started )) s" | tee -a "$OUT/$suite-run.log"
+  status=$?
+  pkill -f multiprocessing.spawn 2>/dev/null  # nothing of a timed-out run may hold the GPU
+  echo "run exit $status after $(( $(date +%s) - started )) s" | tee -a "$OUT/$suite-run.log"
   cp results/gpu-$suite.jsonl "$OUT/"
   python3 -m inference_kernels.cli summary results/gpu-$suite.jsonl -o "$OUT" >/dev/null
   tail -5 "$OUT/$suite-run.log"

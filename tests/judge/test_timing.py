@@ -29,6 +29,19 @@ def test_copies_are_fresh_and_perturbed_by_about_one_ulp():
     assert shared[1][1] is ids and shared[1][0] is not x
 
 
+def test_perturbation_in_chunks_reaches_every_chunk(monkeypatch):
+    from inference_kernels.judge import guards
+
+    monkeypatch.setattr(guards, "_CHUNK", 64)  # 1000 elements: 16 chunks, the last partial
+    x = torch.linspace(1, 2, 1000).bfloat16().reshape(10, 100)
+    moved = perturb(x, 1)
+    assert moved.shape == x.shape and moved.dtype == torch.bfloat16
+    ulps = (moved.view(torch.int16).int() - x.view(torch.int16).int()).abs()
+    assert int(ulps.max()) <= 2  # a relative move of 2^-7: one or two bf16 ulps
+    for chunk in ulps.view(-1).split(64):
+        assert chunk.float().mean() > 0.9  # every chunk moved, not only the first
+
+
 def test_integer_inputs_are_never_perturbed():
     values = torch.tensor([1, -1, 7], dtype=torch.int32)
     assert torch.equal(perturb(values, 5), values)

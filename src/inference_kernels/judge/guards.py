@@ -15,7 +15,7 @@ _clone = torch.Tensor.clone
 _fill = torch.Tensor.fill_
 _untyped_storage = torch.Tensor.untyped_storage
 _float = torch.Tensor.float
-_to = torch.Tensor.to
+_copy = torch.Tensor.copy_
 _TENSOR = torch.Tensor
 
 # Mantissa bits per floating dtype: a relative change of 2^-bits moves a value by ~1 ulp.
@@ -27,6 +27,7 @@ _MANTISSA = {
     torch.float8_e4m3fn: 3,
     torch.float8_e5m2: 2,
 }
+_CHUNK = 1 << 26  # elements perturbed at a time
 
 
 def is_plain_tensor(value: Any) -> bool:
@@ -46,10 +47,16 @@ def perturb(value: Any, copy_index: int) -> Any:
     if bits is None or value.numel() == 0:
         return _clone(value)
     generator = torch.Generator(device=value.device).manual_seed(1000 + copy_index)
-    signs = torch.randint(0, 2, value.shape, generator=generator, device=value.device)
-    moved = _float(value) * (1 + (2 * signs - 1) * 2.0**-bits)
-    finfo = torch.finfo(value.dtype)
-    return _to(moved.clamp(finfo.min, finfo.max), value.dtype)
+    copy = _clone(value, memory_format=torch.contiguous_format)
+    flat, finfo = copy.view(-1), torch.finfo(value.dtype)
+    for start in range(0, flat.numel(), _CHUNK):  # chunks bound the float32 temporaries
+        piece = flat[start : start + _CHUNK]
+        signs = torch.randint(
+            0, 2, piece.shape, generator=generator, device=value.device, dtype=torch.int8
+        )
+        moved = _float(piece) * (1 + (2 * signs - 1) * 2.0**-bits)
+        _copy(piece, moved.clamp(finfo.min, finfo.max))
+    return copy
 
 
 def make_copies(inputs: list[Any], count: int, share_integers: bool = False) -> list[list[Any]]:

@@ -297,6 +297,8 @@ class Lane:
         row.outputs.update({k: v for k, v in verdict["outputs"].items() if k != "call"})
         if verdict["status"] != statuses.PASSED:
             row.status, row.error = verdict["status"], verdict.get("error")
+        elif timed.get("error"):
+            row.status, row.error = statuses.TIMING_ERROR, timed["error"]
         elif any(isinstance(t, dict) and t.get("suspect") for t in row.timing.values()):
             row.status = statuses.TIMING_SUSPECT
             row.error = "the host waited far longer than the timed stream: work outside the timer"

@@ -16,6 +16,8 @@ INPUT_MUTATED = "input_mutated"
 # Timed calls must return what the checked call returned.
 TIMED_OUTPUT_MISMATCH = "timed_output_mismatch"
 GRAPH_OUTPUT_MISMATCH = "graph_output_mismatch"
+# The timed calls raised (the checked call had passed): no timing, no re-verified output.
+TIMING_ERROR = "timing_error"
 # Work the timer did not wait for (e.g. on a side stream).
 TIMING_SUSPECT = "timing_suspect"
 # The reference could not produce the expected outputs: the case cannot be judged.

@@ -83,6 +83,10 @@ CASE_SECONDS = 3.0
 # Graph samples start after this much replaying: GPU clocks settle under sustained work,
 # and short bursts after idle time would otherwise read fast and vary from run to run.
 STEADY_SECONDS = 0.25
+# Graph samples are spread over this long, with untimed replays between them: under
+# sustained load the clocks of a power-bound kernel swing over tens of milliseconds, and
+# samples taken back to back would all land in one swing.
+SAMPLE_WINDOW_SECONDS = 1.0
 
 
 def schedule(options: dict, call_seconds: float, device: torch.device) -> tuple[int, int, int]:
@@ -174,8 +178,9 @@ def eager_cold(
     return _summary("cuda-events, cold L2", samples, 1), kept
 
 
-def _steady(replay: Callable[[], None], device: torch.device) -> None:
-    """Replay for about STEADY_SECONDS, so samples see the clocks of sustained work."""
+def _steady(replay: Callable[[], None], device: torch.device) -> float:
+    """Replay for about STEADY_SECONDS, so samples see the clocks of sustained work;
+    returns the seconds one replay took."""
     start, end = _Event(enable_timing=True), _Event(enable_timing=True)
     _record(start)
     replay()
@@ -185,6 +190,7 @@ def _steady(replay: Callable[[], None], device: torch.device) -> None:
     for _ in range(min(int(STEADY_SECONDS / once), 10_000)):
         replay()
     _synchronize(device)
+    return once
 
 
 def graph(call: Call, warmup: int, iters: int, trials: int, device: torch.device):
@@ -209,13 +215,16 @@ def graph(call: Call, warmup: int, iters: int, trials: int, device: torch.device
     for produced in outputs:
         poison(produced)
     _synchronize(device)
-    _steady(cuda_graph.replay, device)
+    once = _steady(cuda_graph.replay, device)
+    between = min(int(SAMPLE_WINDOW_SECONDS / trials / once), 10_000)
     samples = []
     for _ in range(trials):
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         _record(start)
         cuda_graph.replay()
         _record(end)
+        for _ in range(between):
+            cuda_graph.replay()
         _event_synchronize(end)
         samples.append(_elapsed(start, end) * 1000 / iters)
     _synchronize(device)

@@ -151,8 +151,9 @@ class Worker:
             self._synchronize()
             self.call_seconds = time.perf_counter() - began
             timing, timed = self._time(message["timing"], workload, inputs, canary, made.nbytes())
+            failure = None
         except Exception as error:
-            timing, timed = {"error": _one_line(error)}, {}
+            timing, timed, failure = {}, {}, _one_line(error)
         self.verify.put(
             {
                 "op": "verify",
@@ -162,7 +163,7 @@ class Worker:
                 "inputs": {"after timing": inputs},
             }
         )
-        self.results.put({"op": "timed", "case_id": case, "timing": timing})
+        self.results.put({"op": "timed", "case_id": case, "timing": timing, "error": failure})
         self.commands.get()  # "done": the verifier has read the tensors; let them go
 
     def _output_problem(self, outputs, inputs) -> dict | None:
@@ -187,8 +188,11 @@ class Worker:
 
     def _copy_plan(self, nbytes: int, calls: int) -> tuple[int, bool]:
         """How many input sets to rotate over, and whether integer inputs must be shared."""
-        if self.device.type == "cuda":
-            budget = int(self.torch.cuda.mem_get_info(self.device)[0] * COPY_BUDGET_CUDA_FRACTION)
+        if self.device.type == "cuda":  # free memory, and what this process holds unused
+            cuda = self.torch.cuda
+            unused = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
+            free = cuda.mem_get_info(self.device)[0] + unused
+            budget = int(free * COPY_BUDGET_CUDA_FRACTION)
         else:
             budget = COPY_BUDGET_CPU
         fit = budget // max(nbytes, 1)  # full copies that fit in the budget
