@@ -1,0 +1,93 @@
+"""What every command shares: the app, consoles, common options, dataset loading, errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import DatasetError
+
+app = typer.Typer(
+    help="Judge GPU inference kernels against independent references on real workloads.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+# Wide output when piped (logs, CI) so that tables do not wrap at 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=160)
+errors = Console(stderr=True)
+
+BUNDLED = Path(__file__).resolve().parents[3] / "dataset"
+
+
+def default_dataset() -> Path:
+    """$INFERENCE_KERNELS_DATASET, else ./dataset, else the dataset bundled with the source."""
+    if os.environ.get("INFERENCE_KERNELS_DATASET"):
+        return Path(os.environ["INFERENCE_KERNELS_DATASET"])
+    return Path("dataset") if Path("dataset/definitions").is_dir() else BUNDLED
+
+
+DatasetOption = Annotated[
+    Path | None,
+    typer.Option("--dataset", help="Dataset root (definitions/, workloads/, tasks/...)."),
+]
+DataRootOption = Annotated[
+    Path | None,
+    typer.Option("--data-root", help="Where blob paths resolve; defaults to the dataset root."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for machines.")]
+DefinitionOption = Annotated[
+    list[str] | None, typer.Option("--definition", "-d", help="Only this definition (repeatable).")
+]
+WorkloadOption = Annotated[
+    list[str] | None, typer.Option("--workload", "-w", help="Only this workload uuid (repeatable).")
+]
+DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
+SuiteOption = Annotated[
+    str,
+    typer.Option(
+        "--suite", help="first: smallest workload per definition; dev: the task's dev set; all."
+    ),
+]
+
+
+def _load(dataset: Path | None):
+    from ..dataset.layout import load_dataset
+
+    return load_dataset(dataset or default_dataset())
+
+
+def _cases(dataset, definition, suite, workload):
+    """The loaded dataset and the (definition, workload) pairs a command runs on."""
+    from ..dataset.selection import select
+
+    if suite not in ("first", "dev", "all"):
+        _fail(f"--suite {suite!r} is not first, dev or all")
+    try:
+        loaded = _load(dataset)
+        return loaded, select(loaded, definition, suite, workload)
+    except DatasetError as error:
+        _fail(str(error))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _progress(transient: bool = True) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=transient,
+        disable=not errors.is_terminal,
+    )

@@ -1,0 +1,285 @@
+"""Judge and report commands: run, compare, summary, preferred."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ..errors import DatasetError
+from .common import (
+    DataRootOption,
+    DatasetOption,
+    DefinitionOption,
+    JsonOption,
+    WorkloadOption,
+    _cases,
+    _fail,
+    _load,
+    _progress,
+    app,
+    console,
+    errors,
+)
+
+
+@app.command()
+def run(
+    dataset: DatasetOption = None,
+    data_root: DataRootOption = None,
+    definition: DefinitionOption = None,
+    solution: Annotated[
+        list[str] | None, typer.Option("--solution", "-s", help="Only this solution (repeatable).")
+    ] = None,
+    candidate: Annotated[
+        list[Path] | None,
+        typer.Option(help="A main.py defining run(), or a solution JSON, for one --definition."),
+    ] = None,
+    suite: Annotated[
+        str | None,
+        typer.Option(help="first, dev or all (default: dev on CUDA, first on the CPU)."),
+    ] = None,
+    workload: WorkloadOption = None,
+    device: Annotated[
+        str, typer.Option(help="cpu, cuda, or auto (CUDA when there is a GPU).")
+    ] = "auto",
+    gpus: Annotated[
+        str | None, typer.Option(help="CUDA devices to use, e.g. 0,1 (default: all).")
+    ] = None,
+    report: Annotated[Path | None, typer.Option(help="Write result rows (JSONL) here.")] = Path(
+        "results/results.jsonl"
+    ),
+    resume: Annotated[
+        bool, typer.Option(help="Keep the report's rows and run only the missing cases.")
+    ] = False,
+    validation_only: Annotated[
+        bool, typer.Option("--validation-only", help="Check correctness; skip timing.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a case may take before its worker is killed.")
+    ] = 600.0,
+    cold_l2: Annotated[
+        bool, typer.Option("--cold-l2", help="Time single calls after flushing 2x the L2 size.")
+    ] = False,
+    cache: Annotated[
+        Path | None, typer.Option(help="Solution packages, reference outputs and worker logs.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Judge solutions on workloads: correctness under the task's tolerance, then timing."""
+    import torch
+
+    from ..judge.session import Request, judge
+    from ..report.tables import solution_table
+
+    if device not in ("cpu", "cuda", "auto"):
+        _fail(f"--device {device!r} is not cpu, cuda or auto")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    suite = suite or ("dev" if device == "cuda" else "first")
+    devices = ["cpu"]
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            _fail("--device cuda: no CUDA device is visible")
+        indices = gpus.split(",") if gpus else [str(i) for i in range(torch.cuda.device_count())]
+        devices = [f"cuda:{index.strip()}" for index in indices]
+    loaded, _ = _cases(dataset, definition, suite, workload)
+    request = Request(
+        definitions=definition,
+        solutions=solution,
+        candidates=candidate or [],
+        suite=suite,
+        workloads=workload,
+        devices=devices,
+        report=report,
+        resume=resume,
+        validation_only=validation_only,
+        cold_l2=cold_l2,
+        timeout=timeout,
+        data_root=data_root,
+        cache=cache,
+    )
+    # A SIGTERM (a scheduler's time limit) unwinds like Ctrl-C, so the worker and verifier
+    # processes are stopped with the run instead of holding the GPU after it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with _progress(transient=True) as progress:
+        bar = progress.add_task("judging", total=None)
+
+        def on_row(row) -> None:
+            progress.advance(bar)
+            if row.status != "passed" and not as_json:
+                errors.print(
+                    f"[red]{row.status}[/red] {row.definition} {row.solution} {row.uuid}: "
+                    f"{row.error or ''}",
+                    highlight=False,
+                )
+
+        try:
+            rows = judge(loaded, request, on_row, lambda n: progress.update(bar, total=n))
+        except DatasetError as error:
+            _fail(str(error))
+    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+    table = solution_table(rows, baselines)
+    failed = sum(sum(entry["failed"].values()) for entry in table)
+    if as_json:
+        print(
+            json.dumps(
+                {"report": str(report) if report else None, "failed": failed, "solutions": table},
+                indent=2,
+            )
+        )
+    else:
+        _run_table(table)
+        console.print(f"results: {report}" if report else "", highlight=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run_table(table: list[dict]) -> None:
+    view = Table(title="judged")
+    for column in (
+        "definition",
+        "solution",
+        "inputs",
+        "passed",
+        "failed",
+        "time us",
+        "method",
+        "speedup",
+    ):
+        view.add_column(
+            column, justify="right" if column in ("passed", "time us", "speedup") else "left"
+        )
+    for entry in table:
+        failed = ", ".join(f"{k} {v}" for k, v in entry["failed"].items())
+        view.add_row(
+            entry["definition"],
+            entry["solution"],
+            "STAND-IN" if entry["inputs"] == "stand-in" else entry["inputs"],
+            f"{entry['passed']}/{entry['cases']}",
+            f"[red]{failed}[/red]" if failed else "",
+            f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
+            entry["method"],
+            f"{entry['speedup']:.2f}x" if entry["speedup"] else "-",
+        )
+    console.print(view)
+    console.print(
+        "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
+        "task's baseline on the same workloads. STAND-IN inputs are generated, not captured.",
+        highlight=False,
+    )
+
+
+def _baselines(dataset: Path | None) -> dict[str, str]:
+    try:
+        loaded = _load(dataset)
+    except DatasetError:
+        return {}
+    return {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+
+
+def _read(path: Path) -> list[dict]:
+    from ..report.rows import read_rows
+
+    try:
+        return read_rows(path)
+    except DatasetError as error:
+        _fail(str(error))
+
+
+@app.command()
+def compare(
+    first: Annotated[Path, typer.Argument(help="Results file (JSONL) of the new run.")],
+    second: Annotated[
+        Path | None, typer.Argument(help="Results of an old run to compare against.")
+    ] = None,
+    solution: Annotated[str | None, typer.Option(help="Only this solution.")] = None,
+    against: Annotated[
+        str | None, typer.Option(help="Compare against this solution (default: the baseline).")
+    ] = None,
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Paired per-workload speedups: geometric mean, range and count faster, by definition."""
+    from ..report.compare import comparison
+
+    rows = _read(first)
+    other = _read(second) if second else None
+    table = comparison(rows, other, _baselines(dataset), solution, against)
+    if as_json:
+        print(json.dumps(table, indent=2))
+        return
+    view = Table(title="paired speedups (old time / new time)")
+    for column in ("definition", "solution", "against", "pairs", "speedup", "range", "faster"):
+        view.add_column(column)
+    for entry in table:
+        speedup = f"{entry['speedup']:.3f}x" if entry["speedup"] else "-"
+        spread = f"{entry['min']:.2f}-{entry['max']:.2f}" if entry["pairs"] else "-"
+        view.add_row(
+            entry["definition"],
+            entry["solution"],
+            entry["against"],
+            str(entry["pairs"]),
+            speedup,
+            spread,
+            f"{entry['faster']}/{entry['pairs']}",
+        )
+    console.print(view)
+
+
+@app.command()
+def summary(
+    results: Annotated[Path, typer.Argument(help="Results file (JSONL).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for summary.json and performance.md.")
+    ] = Path("results"),
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Write summary.json (coverage, statuses, environment) and performance.md."""
+    from ..report.summary import performance_markdown
+    from ..report.summary import summary as summarize
+
+    report = summarize(_read(results), _baselines(dataset))
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
+    (output / "performance.md").write_text(performance_markdown(report))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        console.print(
+            f"wrote {output / 'summary.json'} and {output / 'performance.md'}: "
+            f"{report['cases']} cases, {report['statuses']}",
+            highlight=False,
+        )
+
+
+@app.command()
+def preferred(
+    results: Annotated[Path, typer.Argument(help="Results file (JSONL).")],
+    output: Annotated[Path, typer.Option("--output", "-o")] = Path(
+        "results/preferred-solutions.json"
+    ),
+    dataset: DatasetOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pick one measured solution per definition (preferred-solutions.json)."""
+    from ..report.summary import preferred as choose
+
+    picked = choose(_read(results), _baselines(dataset))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(picked, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(picked, indent=2))
+    else:
+        for entry in picked["definitions"]:
+            console.print(
+                f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us)",
+                highlight=False,
+            )
+        console.print(f"wrote {output}", highlight=False)
