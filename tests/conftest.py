@@ -15,7 +15,7 @@ def bundled():
 
 @pytest.fixture
 def dataset_copy(tmp_path):
-    """A private copy of the bundled dataset's metadata to damage."""
+    """A private copy of the bundled dataset (metadata and its 4 MB of captured blobs)."""
     target = tmp_path / "dataset"
-    shutil.copytree(BUNDLED, target, ignore=shutil.ignore_patterns("blob"))
+    shutil.copytree(BUNDLED, target)
     return target

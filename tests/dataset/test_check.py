@@ -23,19 +23,20 @@ def run_check(root):
     return result.exit_code, result.output
 
 
-def test_bundled_dataset_passes_with_the_seed_counts(bundled):
+def test_bundled_dataset_passes_with_the_seed_counts_and_the_minilm_captures(bundled):
     report = check_dataset(bundled)
     assert report.problems == []
-    assert report.counts["definitions"] == 21
-    assert report.counts["tasks"] == 21
-    assert report.counts["workloads"] == 1104
-    assert report.counts["captures"] == 1104
+    assert report.counts["definitions"] == 21 + 4
+    assert report.counts["tasks"] == 21 + 4
+    assert report.counts["workloads"] == 1104 + 25
+    assert report.counts["captures"] == 1104 + 25
+    assert report.counts["blobs_verified"] == 75  # MiniLM inputs: hash, shape, dtype
 
 
 def test_check_command_exits_zero_and_prints_counts(dataset_copy):
     code, output = run_check(dataset_copy)
     assert code == 0, output
-    assert "21 definitions, 21 tasks, 1104 workloads, 1104 captures" in output
+    assert "25 definitions, 25 tasks, 1129 workloads, 1129 captures" in output
 
 
 def test_unknown_key_names_file_and_key(dataset_copy):

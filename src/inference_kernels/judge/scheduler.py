@@ -95,6 +95,7 @@ class Lane:
     serial: int = field(default=0, init=False)
     prepared: Job | None = field(default=None, init=False)
     prepared_reply: dict = field(default_factory=dict, init=False)
+    early: list[dict] = field(default_factory=list, init=False)  # case messages not yet waited for
 
     # ------------------------------------------------------------------ processes
 
@@ -160,6 +161,9 @@ class Lane:
 
     def _wait(self, wanted: Callable[[dict], bool], seconds: float, watch: list[_Process]):
         """The first message ``wanted`` accepts, or ("timeout"|"dead", process)."""
+        for index, early in enumerate(self.early):
+            if wanted(early):
+                return self.early.pop(index)
         deadline = time.monotonic() + seconds
         while True:
             remaining = deadline - time.monotonic()
@@ -174,6 +178,10 @@ class Lane:
                 continue
             if wanted(message):
                 return message
+            if "case_id" in message:
+                # The verifier's answer can overtake the worker's message of the same stage:
+                # keep it for the wait that wants it.
+                self.early.append(message)
 
     def _failure(self, outcome, handle: _Process) -> str:
         kind, process = outcome
@@ -258,6 +266,7 @@ class Lane:
             return
         self.serial += 1
         case = f"{self.device}#{self.serial}"
+        self.early.clear()  # what is left belongs to cases that have ended
         timing = job.task.timing.model_dump()
         timing["cold_l2"] = self.options.cold_l2
         handle.commands.put(

@@ -1,8 +1,10 @@
 """Materialize one workload and run its reference: the record of what happened.
 
-Used by ``inference-kernels reference`` (and so by the main job until the judge
-exists) to show that every selected workload materializes and that its reference
-returns finite outputs of the declared shapes and dtypes, with time and peak memory.
+Used by ``inference-kernels reference`` to show that every selected workload
+materializes and that its reference returns finite outputs of the declared shapes and
+dtypes, with time and peak memory; and by ``inference-kernels replay``, which also
+compares the reference with the engine output a capture kept, under the task's
+tolerance.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import torch
 
+from ..acceptance import compare
+from ..dataset import blobs
 from ..dtypes import dtype_name
 from ..errors import DatasetError
-from ..schema import CaptureRecord, Definition, Workload
+from ..schema import CaptureRecord, Definition, SafetensorsInput, Tolerance, Workload
 from .inputs import materialize
 from .references import output_problems, run_reference
 
@@ -38,6 +42,7 @@ class ReferenceRun:
     peak_memory_scope: str = ""
     outputs: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    engine_output: str = ""  # replay: "compared", or why there was nothing to compare
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,7 +60,10 @@ def run_case(
     data_root: Path,
     device: str,
     capture: CaptureRecord | None = None,
+    tolerance: Tolerance | None = None,
 ) -> ReferenceRun:
+    """With ``tolerance``, the reference outputs are also compared with the engine outputs
+    the capture record names (a replay)."""
     target = torch.device(device)
     run = ReferenceRun(definition.name, workload.uuid, dict(workload.axes), str(target))
     if target.type == "cuda":
@@ -84,6 +92,8 @@ def run_case(
             if isinstance(value, torch.Tensor)
         ]
         run.status = "failed" if run.problems else "passed"
+        if tolerance is not None and not run.problems:
+            _compare_with_engine(run, definition, workload, outputs, capture, data_root, tolerance)
     except DatasetError as error:
         run.status, run.problems = "input_error", [str(error)]
     except Exception as error:  # a reference that raises is a failed case, not a crash
@@ -98,3 +108,42 @@ def run_case(
         run.peak_memory_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         run.peak_memory_scope = "process high-water RSS so far"
     return run
+
+
+def engine_outputs(definition: Definition, capture: CaptureRecord | None) -> dict | None:
+    """The engine-output descriptors a capture record names, by output name, or None."""
+    stored = (capture.model_extra or {}).get("expected_output") if capture else None
+    if stored is None:
+        return None
+    if "type" in stored:  # one output: the descriptor itself
+        stored = {next(iter(definition.outputs)): stored}
+    return {name: SafetensorsInput.model_validate(value) for name, value in stored.items()}
+
+
+def _compare_with_engine(
+    run: ReferenceRun,
+    definition: Definition,
+    workload: Workload,
+    outputs: list,
+    capture: CaptureRecord | None,
+    data_root: Path,
+    tolerance: Tolerance,
+) -> None:
+    descriptors = engine_outputs(definition, capture)
+    if descriptors is None:
+        run.engine_output = "none kept: checked for finite outputs of the declared shapes"
+        return
+    if run.inputs != "captured":
+        run.engine_output = f"not compared: {run.inputs} inputs"
+        return
+    for entry, name, value in zip(run.outputs, definition.outputs, outputs, strict=True):
+        engine, _ = blobs.load(data_root, descriptors[name])
+        if problem := blobs.hash_problem(descriptors[name], engine):
+            raise DatasetError(descriptors[name].path, name, problem)
+        verdict = compare(engine.to(value.device), value, tolerance)
+        entry.update({k: v for k, v in verdict.to_dict().items() if k != "status"})
+        entry["status"] = verdict.status
+        if not verdict.passed:
+            run.status = verdict.status
+            run.problems.append(f"{name}: engine output vs reference: {verdict.message}")
+    run.engine_output = "compared"

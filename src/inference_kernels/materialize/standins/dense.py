@@ -12,10 +12,14 @@ from .context import StandinContext
 
 
 def gemm(ctx: StandinContext) -> dict[str, torch.Tensor]:
-    return {
+    """Unit-normal activations, weights (and a bias, when declared) of std 0.02."""
+    tensors = {
         "A": ctx.streams("A").normal(ctx.shape("A"), torch.bfloat16),
         "W": ctx.streams("W").normal(ctx.shape("W"), torch.bfloat16, std=0.02),
     }
+    if "bias" in ctx.definition.inputs:
+        tensors["bias"] = ctx.streams("bias").normal(ctx.shape("bias"), torch.bfloat16, std=0.02)
+    return tensors
 
 
 def attention(ctx: StandinContext) -> dict[str, torch.Tensor]:

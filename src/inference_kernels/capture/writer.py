@@ -1,0 +1,285 @@
+"""The capture writer: tensors met at an operator boundary become a workload and its receipt.
+
+A capture directory has the dataset's layout::
+
+    definitions/<op_type>/<name>.json        written once per definition (``define``)
+    workloads/<op_type>/<name>.jsonl         one workload line per capture
+    blob/workloads/<name>/<sha256>.safetensors   each tensor once, named by its content hash
+    captures.jsonl                           one receipt per capture: provenance, engine output
+
+A capture is committed by its receipt: the workload line is appended first, the receipt
+second, each in one write followed by fsync, and blobs are renamed into place before
+either. A writer opened on a directory first drops what a crash left behind (a torn
+last line, a workload line whose receipt never came), so a killed capture never leaves
+a half-written record.
+
+The uuid of a capture is derived from its provenance (model, revision, engine,
+operation, adapters, step...), its input tensors and the engine output, so capturing
+the same thing twice yields the same uuid and the second is not recorded again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid as uuids
+from collections.abc import Callable, Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..dataset.blobs import blob_path, content_hash, put
+from ..dtypes import dtype_name, torch_dtype
+from ..schema import CaptureRecord, Definition, ScalarInput, TraceLine, Workload
+
+NAMESPACE = uuids.UUID("6b3f0a52-9d1e-5c47-8a55-3c1f1d7e2b90")  # inference-kernels captures
+BLOB_METADATA = {"origin": "captured"}
+
+
+class CaptureError(ValueError):
+    """A call that cannot be recorded as the definition says (shape, dtype, unknown name)."""
+
+
+def selection_key(name: str, provenance: Mapping[str, Any]) -> Hashable:
+    """By default the first call per (definition, variant) is captured."""
+    return (name, provenance.get("variant"))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _append_line(path: Path, record: dict[str, Any], sort_keys: bool = False) -> None:
+    """Append one JSON line in a single write, then fsync: a crash leaves it whole or torn
+    at the end, never interleaved."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(record, sort_keys=sort_keys) + "\n").encode()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, data)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _whole_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON lines of ``path`` (a torn last line is left out)."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # only the last line of an interrupted append can be torn
+    return records
+
+
+def _rewrite(path: Path, records: list[dict[str, Any]], sort_keys: bool = False) -> None:
+    write_atomically(path, "".join(json.dumps(r, sort_keys=sort_keys) + "\n" for r in records))
+
+
+class CaptureWriter:
+    """Writes captures into ``root``; see the module docstring for the layout.
+
+    ``context`` is provenance shared by every capture (model, model_revision, engine,
+    engine_version, source...). ``enabled`` limits the definitions captured, ``steps``
+    the steps (the ``step`` of a call's provenance), ``key`` groups calls of which only
+    the first is captured, and ``budget_bytes`` bounds the bytes of new blobs.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        context: Mapping[str, Any],
+        enabled: set[str] | None = None,
+        steps: set[int] | None = None,
+        key: Callable[[str, Mapping[str, Any]], Hashable] = selection_key,
+        budget_bytes: int | None = None,
+    ) -> None:
+        self.root, self.context = Path(root), dict(context)
+        self.enabled, self.steps, self.key = enabled, steps, key
+        self.budget_bytes = budget_bytes
+        self.written_bytes = 0
+        self.definitions: dict[str, Definition] = {}
+        self.captured: set[Hashable] = set()
+        self.counts = {"written": 0, "already_recorded": 0, "over_budget": 0}
+        self.receipts: set[str] = set()
+        self._recover()
+
+    # ------------------------------------------------------------------ recovery
+
+    def _recover(self) -> None:
+        """Drop what an interrupted capture left: torn lines, workloads without receipts."""
+        receipts_path = self.root / "captures.jsonl"
+        receipts = _whole_lines(receipts_path)
+        if receipts_path.exists() and len(receipts) != len(receipts_path.read_text().splitlines()):
+            _rewrite(receipts_path, receipts, sort_keys=True)
+        self.receipts = {record["uuid"] for record in receipts}
+        for path in sorted((self.root / "workloads").glob("*/*.jsonl")):
+            lines = path.read_text().splitlines()
+            kept = [r for r in _whole_lines(path) if r["workload"]["uuid"] in self.receipts]
+            if len(kept) != len(lines):
+                _rewrite(path, kept)
+        for path in sorted((self.root / "definitions").glob("*/*.json")):
+            definition = Definition.model_validate_json(path.read_text())
+            self.definitions[definition.name] = definition
+
+    # ------------------------------------------------------------------ definitions
+
+    def define(self, definition: Definition) -> None:
+        """Make ``definition`` known, writing its file if the directory lacks it. A file
+        that exists must hold the same definition."""
+        known = self.definitions.get(definition.name)
+        if known is not None:
+            if known != definition:
+                raise CaptureError(f"{definition.name}: differs from the definition on disk")
+            return
+        path = self.root / "definitions" / definition.op_type / f"{definition.name}.json"
+        write_atomically(path, definition.model_dump_json(indent=2, exclude_none=True) + "\n")
+        self.definitions[definition.name] = definition
+
+    # ------------------------------------------------------------------ selection
+
+    def wants(self, name: str, provenance: Mapping[str, Any]) -> bool:
+        """Capture this call? Enabled definition, chosen step, first of its selection key,
+        and budget left."""
+        if self.enabled is not None and name not in self.enabled:
+            return False
+        if self.steps is not None and provenance.get("step") not in self.steps:
+            return False
+        if self.budget_bytes is not None and self.written_bytes >= self.budget_bytes:
+            return False
+        return self.key(name, provenance) not in self.captured
+
+    # ------------------------------------------------------------------ writing
+
+    def tensor(self, value: torch.Tensor, name: str, definition: str = "auxiliary") -> dict:
+        """Store an auxiliary tensor (a page table, a mask...) and return its descriptor."""
+        descriptor = put(self.root, definition, value, BLOB_METADATA)
+        self.written_bytes += value.numel() * value.element_size()
+        return {
+            **descriptor.model_dump(),
+            "name": name,
+            "shape": list(value.shape),
+            "dtype": dtype_name(value.dtype),
+        }
+
+    def _axes(self, definition: Definition, inputs: Mapping[str, Any]) -> dict[str, int]:
+        const = definition.const_axes()
+        axes: dict[str, int] = {}
+        for input_name, spec in definition.inputs.items():
+            value = inputs[input_name]
+            if spec.shape is None:
+                continue
+            if not isinstance(value, torch.Tensor):
+                raise CaptureError(f"{definition.name}.{input_name}: expected a tensor")
+            if value.dtype != torch_dtype(spec.dtype):
+                raise CaptureError(
+                    f"{definition.name}.{input_name}: dtype {dtype_name(value.dtype)}, "
+                    f"declared {spec.dtype}"
+                )
+            if value.dim() != len(spec.shape):
+                raise CaptureError(
+                    f"{definition.name}.{input_name}: {value.dim()} dims, declared {spec.shape}"
+                )
+            for axis, size in zip(spec.shape, value.shape, strict=True):
+                expected = const.get(axis, axes.get(axis))
+                if expected is not None and expected != size:
+                    raise CaptureError(
+                        f"{definition.name}.{input_name}: axis {axis} is {size}, "
+                        f"elsewhere {expected}"
+                    )
+                if axis not in const:
+                    axes[axis] = int(size)
+        return axes
+
+    def _new_bytes(self, name: str, tensors: list[torch.Tensor]) -> int:
+        fresh = {}
+        for value in tensors:
+            path = self.root / blob_path(name, content_hash(value))
+            if not path.exists():
+                fresh[path] = value.numel() * value.element_size()
+        return sum(fresh.values())
+
+    def write(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        outputs: Mapping[str, torch.Tensor] | None,
+        provenance: Mapping[str, Any],
+    ) -> str | None:
+        """Record one call of definition ``name``; returns its uuid, or None when the size
+        budget does not allow it. The call's selection key counts as captured either way."""
+        definition = self.definitions.get(name)
+        if definition is None:
+            raise CaptureError(f"{name}: unknown definition (define it first)")
+        if set(inputs) != set(definition.inputs):
+            raise CaptureError(
+                f"{name}: inputs {sorted(inputs)}, declared {list(definition.inputs)}"
+            )
+        if outputs is not None and set(outputs) != set(definition.outputs):
+            raise CaptureError(
+                f"{name}: outputs {sorted(outputs)}, declared {list(definition.outputs)}"
+            )
+        axes = self._axes(definition, inputs)
+        self.captured.add(self.key(name, provenance))
+        tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+        tensors += list((outputs or {}).values())
+        needed = self._new_bytes(name, tensors)
+        if self.budget_bytes is not None and self.written_bytes + needed > self.budget_bytes:
+            self.counts["over_budget"] += 1
+            return None
+        descriptors = {}
+        for input_name in definition.inputs:
+            value = inputs[input_name]
+            if isinstance(value, torch.Tensor):
+                descriptors[input_name] = put(self.root, name, value, BLOB_METADATA)
+            else:
+                descriptors[input_name] = ScalarInput(type="scalar", value=value)
+        self.written_bytes += needed
+        receipt: dict[str, Any] = {**self.context, **provenance, "definition": name, "axes": axes}
+        if outputs is not None:
+            stored = {
+                output: put(self.root, name, outputs[output], BLOB_METADATA).model_dump()
+                for output in definition.outputs
+            }
+            # One output: its descriptor itself, as the seed's receipts hold it.
+            receipt["expected_output"] = next(iter(stored.values())) if len(stored) == 1 else stored
+        identity = {
+            key: value for key, value in receipt.items() if key not in ("validation", "uuid")
+        }
+        identity["inputs"] = {k: v.model_dump() for k, v in descriptors.items()}
+        uuid = str(uuids.uuid5(NAMESPACE, _canonical(identity)))
+        if uuid in self.receipts:
+            self.counts["already_recorded"] += 1
+            return uuid
+        receipt["uuid"] = uuid
+        receipt.setdefault("validation", {"status": "not replayed"})
+        CaptureRecord.model_validate(receipt)  # the receipt must be a valid record
+        workload = Workload(uuid=uuid, axes=axes, inputs=descriptors)
+        line = TraceLine(definition=name, workload=workload)
+        _append_line(
+            self.root / "workloads" / definition.op_type / f"{name}.jsonl",
+            line.model_dump(mode="json"),
+        )
+        _append_line(self.root / "captures.jsonl", json.loads(_canonical(receipt)), sort_keys=True)
+        self.receipts.add(uuid)
+        self.counts["written"] += 1
+        return uuid
