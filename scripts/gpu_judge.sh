@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, then the baseline
-# solutions judged on the smallest and the dev workloads. STEPS picks steps
-# (exploits,fidelity,first,dev);
-# RESUME=--resume continues results/gpu-dev.jsonl. Copies what it produced into $OUT.
+# On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, the replay of the
+# captured (MiniLM) workloads on CUDA, then the baseline solutions judged on the smallest
+# and the dev workloads. STEPS picks steps (exploits,fidelity,replay,first,dev);
+# RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
+# results/gpu-dev.jsonl. Copies what it produced into $OUT.
 # Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/.
 set -uo pipefail
 OUT=${OUT:-results/gpu}
-STEPS=${STEPS:-exploits,fidelity,dev}
+STEPS=${STEPS:-exploits,fidelity,replay,dev}
 mkdir -p "$OUT" results
 if ! python3 -c "import pydantic, pytest" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -20,10 +21,14 @@ fi
 if [[ $STEPS == *fidelity* ]]; then
   timeout 120 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
 fi
+if [[ $STEPS == *replay* ]]; then
+  timeout 300 python3 -m inference_kernels.cli replay --device cuda \
+    --report "$OUT/replay-cuda.jsonl" 2>&1 | tee "$OUT/replay.log"
+fi
 for suite in first dev; do
   [[ $STEPS == *$suite* ]] || continue
   started=$(date +%s)
-  timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite $suite \
+  timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite $suite ${RUN_ARGS:-} \
     --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/$suite-run.log" 2>&1
   status=$?
   pkill -f multiprocessing.spawn 2>/dev/null  # nothing of a timed-out run may hold the GPU

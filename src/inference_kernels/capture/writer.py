@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import uuid as uuids
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..dataset import blobs
 from ..dataset.blobs import blob_path, content_hash, put
 from ..dtypes import dtype_name, torch_dtype
 from ..schema import CaptureRecord, Definition, ScalarInput, TraceLine, Workload
@@ -65,17 +65,7 @@ def _append_line(path: Path, record: dict[str, Any], sort_keys: bool = False) ->
 
 
 def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    blobs.write_atomically(path, text.encode())
 
 
 def _whole_lines(path: Path) -> list[dict[str, Any]]:

@@ -52,19 +52,25 @@ def put(
     relative = blob_path(definition, content_hash(tensor))
     target = root / relative
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
         payload = save({TENSOR_KEY: tensor.detach().to("cpu").contiguous()}, metadata=metadata)
-        handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".partial")
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(payload)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomically(target, payload)
     return SafetensorsInput(type="safetensors", path=relative, tensor_key=TENSOR_KEY)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it into place:
+    readers see the old file or the whole new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def resolve(data_root: Path, descriptor: SafetensorsInput) -> Path:
