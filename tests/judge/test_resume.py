@@ -1,4 +1,5 @@
-"""A run killed with SIGKILL and resumed ends with each case exactly once."""
+"""A run killed with SIGKILL and resumed ends with each case exactly once; a run stopped
+with SIGTERM takes its worker processes with it."""
 
 import json
 import os
@@ -59,7 +60,7 @@ def command(report: Path, candidate: Path, cache: Path, *extra: str) -> list[str
     ]
 
 
-def test_killed_run_resumes_with_every_case_once(tmp_path):
+def slow_candidate(tmp_path: Path) -> Path:
     candidate = tmp_path / "slow.json"
     candidate.write_text(
         json.dumps(
@@ -80,6 +81,11 @@ def test_killed_run_resumes_with_every_case_once(tmp_path):
             }
         )
     )
+    return candidate
+
+
+def test_killed_run_resumes_with_every_case_once(tmp_path):
+    candidate = slow_candidate(tmp_path)
     report, cache = tmp_path / "results.jsonl", tmp_path / "cache"
     process = subprocess.Popen(
         command(report, candidate, cache),
@@ -116,3 +122,43 @@ def test_killed_run_resumes_with_every_case_once(tmp_path):
         json.loads(line) for line in report.read_text().splitlines() if '"environment"' in line
     ]
     assert [e["resumed"] for e in environments] == [False, True]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
+    report, cache = tmp_path / "results.jsonl", tmp_path / "cache"
+    candidate = slow_candidate(tmp_path)
+    process = subprocess.Popen(
+        command(report, candidate, cache),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (report.exists() and case_rows(report)):
+        time.sleep(0.2)
+    children = [pid for pid in _children(process.pid) if _running(pid)]
+    assert len(children) >= 2  # the verifier and the solution worker (and a resource tracker)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 143
+    time.sleep(1)
+    assert [pid for pid in children if _running(pid)] == []

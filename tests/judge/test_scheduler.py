@@ -1,0 +1,32 @@
+"""The lane's message wait: an answer that overtakes another is kept, not lost."""
+
+import queue
+from pathlib import Path
+
+from inference_kernels.judge.scheduler import Lane, Options
+
+
+class _Alive:
+    def is_alive(self) -> bool:
+        return True
+
+
+class _Handle:
+    process = _Alive()
+
+
+def test_a_verifier_answer_arriving_before_the_worker_message_is_kept_for_its_wait():
+    lane = Lane("cpu", Options(Path("."), Path("."), Path(".")), writer=None, on_row=print)
+    lane.results = queue.Queue()
+    # The verifier's "verified" overtakes the worker's "timed" of the same case.
+    lane.results.put({"op": "verified", "case_id": "cpu#1", "status": "passed"})
+    lane.results.put({"op": "timed", "case_id": "cpu#1", "timing": {}})
+    watch = [_Handle()]
+    timed = lane._wait(lambda m: m["case_id"] == "cpu#1" and m["op"] == "timed", 2, watch)
+    assert timed["op"] == "timed"
+    verified = lane._wait(lambda m: m["case_id"] == "cpu#1" and m["op"] == "verified", 2, watch)
+    assert verified == {"op": "verified", "case_id": "cpu#1", "status": "passed"}
+    assert lane.early == []
+    lane.results.put({"op": "hello"})  # messages of no case are not kept
+    assert lane._wait(lambda m: m["op"] == "loaded", 0.6, watch) == ("timeout", watch[0])
+    assert lane.early == []
