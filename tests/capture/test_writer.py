@@ -214,3 +214,29 @@ def test_import_deduplicates_blobs_and_refuses_conflicting_uuids(tmp_path):
     with pytest.raises(DatasetError, match="uuid conflicts"):
         merge(capture, target)
     assert (sorted(os.listdir(target)), (target / "captures.jsonl").read_text()) == before
+
+
+def test_auxiliary_tensors_get_a_descriptor_and_share_storage(tmp_path):
+    writer = _writer(tmp_path)
+    table = torch.tensor([[3, 1, -1]], dtype=torch.int32)
+    first = writer.tensor(table, "original_page_ids")
+    second = writer.tensor(table.clone(), "same_ids_again")
+    assert first["path"] == second["path"]
+    assert first["path"].startswith("blob/workloads/auxiliary/")
+    assert (first["shape"], first["dtype"], first["tensor_key"]) == ([1, 3], "int32", "tensor")
+    assert len(_blobs(tmp_path)) == 1
+
+
+def test_hooks_without_definition_creation_record_only_known_definitions(tmp_path):
+    writer = _writer(tmp_path)  # knows dense_gemm_bf16_nt_n8_k16 only
+    a, w = torch.ones(2, 16, dtype=torch.bfloat16), torch.ones(8, 16, dtype=torch.bfloat16)
+    with TorchHooks(writer, create_definitions=False) as hooks:
+        F.linear(a, w)
+        F.linear(a, w, torch.ones(8, dtype=torch.bfloat16))
+        F.linear(a.float(), w.float())
+    assert sorted(writer.definitions) == [GEMM]
+    assert writer.counts["written"] == 1
+    assert hooks.skipped == {
+        "dense_gemm_bf16_nt_bias_n8_k16: no such definition": 1,
+        "torch.nn.functional.linear: not BF16": 1,
+    }
