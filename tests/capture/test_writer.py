@@ -240,3 +240,20 @@ def test_hooks_without_definition_creation_record_only_known_definitions(tmp_pat
         "dense_gemm_bf16_nt_bias_n8_k16: no such definition": 1,
         "torch.nn.functional.linear: not BF16": 1,
     }
+
+
+def test_check_verifies_the_engine_outputs_of_shipped_captures(tmp_path):
+    from safetensors.torch import save_file
+
+    writer = _writer(tmp_path)
+    uuid = writer.write(GEMM, *_gemm_call(2), {"variant": "rows_2"})
+    record = json.loads((tmp_path / "captures.jsonl").read_text())
+    output = tmp_path / record["expected_output"]["path"]
+    assert check_dataset(load_dataset(tmp_path)).ok
+    save_file({"tensor": torch.zeros(2, 8, dtype=torch.bfloat16)}, str(output))
+    (problem,) = check_dataset(load_dataset(tmp_path)).problems
+    assert (problem.file, problem.field) == ("captures.jsonl", f"uuid {uuid}.expected_output")
+    assert "content hash" in problem.message
+    output.unlink()
+    (problem,) = check_dataset(load_dataset(tmp_path)).problems
+    assert "missing" in problem.message

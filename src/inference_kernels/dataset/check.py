@@ -2,7 +2,8 @@
 
 Everything found is returned as a list of problems, each naming a file and a field;
 nothing stops at the first one. Blobs are read only where they exist, and then their
-content hash, shape and dtype are verified and value constraints are evaluated.
+content hash, shape and dtype are verified and value constraints are evaluated. The
+engine outputs of captures whose inputs ship as files are verified the same way.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from ..errors import DatasetError, Problem
-from ..schema import Definition, SafetensorsInput, ScalarInput, Workload
-from . import blobs, constraints
+from ..schema import CaptureRecord, Definition, SafetensorsInput, ScalarInput, Workload
+from . import blobs, constraints, receipts
 from .layout import Dataset
 from .signature import signature_problem
 
@@ -60,7 +63,7 @@ def check_dataset(
                 if progress:
                     progress(len(blobs))
     problems += _task_problems(dataset)
-    problems += _capture_problems(dataset)
+    problems += _capture_problems(dataset, data_root)
     for name, solution in dataset.solutions.items():
         if solution.definition not in dataset.definitions:
             file = dataset.relative(dataset.solution_files[name])
@@ -199,7 +202,29 @@ def _task_problems(dataset: Dataset) -> list[Problem]:
     return problems
 
 
-def _capture_problems(dataset: Dataset) -> list[Problem]:
+def _engine_output_problems(
+    definition: Definition, workload: Workload, record: CaptureRecord, data_root: Path
+) -> list[Problem]:
+    """A capture whose inputs ship as files must ship its engine outputs too, intact. (The
+    seed's receipts name engine outputs whose tensors are not shipped: not a problem.)"""
+    try:
+        descriptors = receipts.engine_outputs(definition, record)
+    except ValidationError as error:
+        return [Problem("captures.jsonl", f"uuid {record.uuid}.expected_output", str(error))]
+    shipped = any(isinstance(d, SafetensorsInput) for d in workload.inputs.values())
+    if descriptors is None or not shipped:
+        return []
+    problems = []
+    for name, descriptor in descriptors.items():
+        try:
+            receipts.load_engine_output(definition, workload, name, descriptor, data_root)
+        except (DatasetError, KeyError) as error:
+            text = str(error.problem) if isinstance(error, DatasetError) else f"no output {error}"
+            problems.append(Problem("captures.jsonl", f"uuid {record.uuid}.expected_output", text))
+    return problems
+
+
+def _capture_problems(dataset: Dataset, data_root: Path) -> list[Problem]:
     if not (dataset.root / "captures.jsonl").exists():
         return []
     problems = []
@@ -216,6 +241,9 @@ def _capture_problems(dataset: Dataset) -> list[Problem]:
             )
         if record.axes != workload.axes:
             problems.append(Problem(file, f"uuid {uuid}.axes", f"{record.axes} != {workload.axes}"))
+        elif name in dataset.definitions:
+            definition = dataset.definitions[name]
+            problems += _engine_output_problems(definition, workload, record, data_root)
     for uuid, (name, _) in workloads.items():
         if uuid not in dataset.captures:
             problems.append(

@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 
 from ..acceptance import compare
-from ..dataset import blobs
+from ..dataset.receipts import engine_outputs, load_engine_output
 from ..dtypes import dtype_name
 from ..errors import DatasetError
-from ..schema import CaptureRecord, Definition, SafetensorsInput, Tolerance, Workload
+from ..schema import CaptureRecord, Definition, Tolerance, Workload
 from .inputs import materialize
 from .references import output_problems, run_reference
 
@@ -110,16 +110,6 @@ def run_case(
     return run
 
 
-def engine_outputs(definition: Definition, capture: CaptureRecord | None) -> dict | None:
-    """The engine-output descriptors a capture record names, by output name, or None."""
-    stored = (capture.model_extra or {}).get("expected_output") if capture else None
-    if stored is None:
-        return None
-    if "type" in stored:  # one output: the descriptor itself
-        stored = {next(iter(definition.outputs)): stored}
-    return {name: SafetensorsInput.model_validate(value) for name, value in stored.items()}
-
-
 def _compare_with_engine(
     run: ReferenceRun,
     definition: Definition,
@@ -137,9 +127,7 @@ def _compare_with_engine(
         run.engine_output = f"not compared: {run.inputs} inputs"
         return
     for entry, name, value in zip(run.outputs, definition.outputs, outputs, strict=True):
-        engine, _ = blobs.load(data_root, descriptors[name])
-        if problem := blobs.hash_problem(descriptors[name], engine):
-            raise DatasetError(descriptors[name].path, name, problem)
+        engine = load_engine_output(definition, workload, name, descriptors[name], data_root)
         verdict = compare(engine.to(value.device), value, tolerance)
         entry.update({k: v for k, v in verdict.to_dict().items() if k != "status"})
         entry["status"] = verdict.status
