@@ -1,11 +1,13 @@
 """Does the judge's CUDA-graph timing agree with triton.testing.do_bench_cudagraph?
 
 Times a bf16 GEMM (M=4096, N=12288, K=4096) and the dataset's dense attention shape
-(SDPA, B=1, H=32, N=2560, D=128) five times each, with the judge's graph timing (as the
-worker runs it: rotating input copies, iters calls per replay, median of trials) and
-with triton's do_bench_cudagraph (its defaults), and prints JSON: medians, their ratio, and the
-run-to-run spread (max/min - 1) of each. For comparison it also times the judge with its
-samples taken back to back (SAMPLE_WINDOW_SECONDS = 0), as before the samples were spread.
+(SDPA, B=1, H=32, N=2560, D=128) five times each with the judge's graph timing, as the
+worker runs it (rotating input copies, ``iters`` calls per replay, median of ``trials``
+samples spread over ``timing.SAMPLE_WINDOW_SECONDS``), and with triton's
+do_bench_cudagraph (its defaults). Prints JSON: per method the five run medians, their
+median, the run-to-run spread (max/min - 1) and coefficient of variation, and the ratio
+of the judge's median to triton's. Other sampling variants are timed for comparison:
+samples back to back (window 0, as before the samples were spread) and a 3 s window.
 Run on a CUDA machine:
 
     PYTHONPATH=src python3 benchmarks/timing_fidelity.py
@@ -23,6 +25,11 @@ from inference_kernels.judge.guards import make_copies
 
 RUNS = 5
 WARMUP, ITERS, TRIALS = 10, 20, 7  # the dataset's task timing
+VARIANTS = {  # label: sample window in seconds; "judge" is the judge's own setting
+    "judge": timing.SAMPLE_WINDOW_SECONDS,
+    "judge_samples_back_to_back": 0.0,
+    "judge_window_3s": 3.0,
+}
 
 
 def gemm_inputs():
@@ -40,21 +47,33 @@ def sdpa_inputs():
     return [q, k, v], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
 
 
-def judge_graph_us(inputs, function, window: float) -> float:
+def judge_graph(inputs, function, window: float) -> timing.Measurement:
     sets = make_copies(inputs, 4)
+    default = timing.SAMPLE_WINDOW_SECONDS
     timing.SAMPLE_WINDOW_SECONDS = window
-    measured, _ = timing.graph(
-        lambda j: [function(*sets[j % len(sets)])], WARMUP, ITERS, TRIALS, torch.device("cuda")
-    )
-    return measured.median_us
+    try:
+        measured, _ = timing.graph(
+            lambda j: [function(*sets[j % len(sets)])],
+            WARMUP,
+            ITERS,
+            TRIALS,
+            torch.device("cuda"),
+        )
+    finally:
+        timing.SAMPLE_WINDOW_SECONDS = default
+    return measured
 
 
-def figures(runs: list[float]) -> dict:
-    return {
+def figures(runs: list[float], samples: list[list[float]] | None = None) -> dict:
+    entry = {
         "runs_us": [round(x, 2) for x in runs],
         "median_us": round(statistics.median(runs), 2),
         "spread": round(max(runs) / min(runs) - 1, 4),
+        "cv": round(statistics.stdev(runs) / statistics.mean(runs), 4),
     }
+    if samples:
+        entry["samples_us"] = [[round(x, 1) for x in run] for run in samples]
+    return entry
 
 
 def main() -> None:
@@ -64,18 +83,16 @@ def main() -> None:
         ("sdpa_b1_h32_n2560_d128", sdpa_inputs),
     ):
         inputs, function = make()
-        window = timing.SAMPLE_WINDOW_SECONDS
-        judged = [judge_graph_us(inputs, function, window) for _ in range(RUNS)]
-        back_to_back = [judge_graph_us(inputs, function, 0.0) for _ in range(RUNS)]
-        timing.SAMPLE_WINDOW_SECONDS = window
+        entry = {}
+        for label, window in VARIANTS.items():
+            measured = [judge_graph(inputs, function, window) for _ in range(RUNS)]
+            entry[label] = figures(
+                [m.median_us for m in measured], [m.samples_us for m in measured]
+            )
         triton = [
             do_bench_cudagraph(lambda f=function, x=inputs: f(*x)) * 1000 for _ in range(RUNS)
         ]
-        entry = {
-            "judge": figures(judged),
-            "judge_samples_back_to_back": figures(back_to_back),
-            "triton_do_bench_cudagraph": figures(triton),
-        }
+        entry["triton_do_bench_cudagraph"] = figures(triton)
         ours, theirs = entry["judge"]["median_us"], entry["triton_do_bench_cudagraph"]["median_us"]
         entry["ratio"] = round(ours / theirs, 4)
         report[name] = entry
