@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from ..dataset import blobs
 from ..dataset.blobs import blob_path, content_hash, put
@@ -128,7 +129,14 @@ class CaptureWriter:
             if len(kept) != len(lines):
                 _rewrite(path, kept)
         for path in sorted((self.root / "definitions").glob("*/*.json")):
-            definition = Definition.model_validate_json(path.read_text())
+            try:
+                definition = Definition.model_validate_json(path.read_text())
+            except ValidationError as error:
+                first = error.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "definition"
+                raise CaptureError(
+                    f"{path}: {where}: {first['msg']} ({error.error_count()} problems)"
+                ) from None
             self.definitions[definition.name] = definition
 
     # ------------------------------------------------------------------ definitions

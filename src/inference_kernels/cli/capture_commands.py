@@ -51,6 +51,7 @@ def capture_minilm(
     derived from its provenance, inputs and engine output.
     """
     from ..capture import minilm
+    from ..capture.writer import CaptureError
 
     sentences = sentence or minilm.SENTENCES
     with _progress() as progress:
@@ -64,7 +65,7 @@ def capture_minilm(
                 budget_bytes=int(budget_mb * 2**20) if budget_mb is not None else None,
                 on_step=lambda _: progress.advance(bar),
             )
-        except minilm.CaptureUnavailable as error:
+        except (minilm.CaptureUnavailable, CaptureError) as error:
             _fail(str(error))
     if as_json:
         print(json.dumps(summary, indent=2))
