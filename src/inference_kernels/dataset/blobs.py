@@ -96,6 +96,16 @@ def load(data_root: Path, descriptor: SafetensorsInput) -> tuple[torch.Tensor, d
         raise DatasetError(descriptor.path, "", f"unreadable safetensors file: {error}") from None
 
 
+def origin(data_root: Path, descriptor: SafetensorsInput) -> str | None:
+    """The ``origin`` a blob's metadata records (a file without it is captured data), or
+    None when the file cannot be read."""
+    try:
+        with safe_open(str(resolve(data_root, descriptor)), framework="pt") as handle:
+            return (handle.metadata() or {}).get("origin", "captured")
+    except Exception:
+        return None
+
+
 def hash_problem(descriptor: SafetensorsInput, tensor: torch.Tensor) -> str | None:
     """The mismatch between a hash-named blob and its content, if any."""
     stem = Path(descriptor.path).name.removesuffix(".safetensors")

@@ -3,7 +3,7 @@
 Everything found is returned as a list of problems, each naming a file and a field;
 nothing stops at the first one. Blobs are read only where they exist, and then their
 content hash, shape and dtype are verified and value constraints are evaluated. The
-engine outputs of captures whose inputs ship as files are verified the same way.
+engine outputs of captures whose captured inputs ship are verified the same way.
 """
 
 from __future__ import annotations
@@ -205,14 +205,18 @@ def _task_problems(dataset: Dataset) -> list[Problem]:
 def _engine_output_problems(
     definition: Definition, workload: Workload, record: CaptureRecord, data_root: Path
 ) -> list[Problem]:
-    """A capture whose inputs ship as files must ship its engine outputs too, intact. (The
-    seed's receipts name engine outputs whose tensors are not shipped: not a problem.)"""
+    """A capture whose captured inputs ship must ship its engine outputs too, intact. (The
+    seed's receipts name engine outputs that are not shipped, with stand-in inputs or
+    exported stand-in blobs: not a problem.)"""
     try:
         descriptors = receipts.engine_outputs(definition, record)
     except ValidationError as error:
         return [Problem("captures.jsonl", f"uuid {record.uuid}.expected_output", str(error))]
-    shipped = any(isinstance(d, SafetensorsInput) for d in workload.inputs.values())
-    if descriptors is None or not shipped:
+    captured = any(
+        isinstance(d, SafetensorsInput) and blobs.origin(data_root, d) == "captured"
+        for d in workload.inputs.values()
+    )
+    if descriptors is None or not captured:
         return []
     problems = []
     for name, descriptor in descriptors.items():
