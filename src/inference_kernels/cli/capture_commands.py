@@ -33,7 +33,9 @@ def capture_minilm(
     output: Annotated[Path, typer.Option("--output", "-o", help="Capture directory.")] = Path(
         "captures/minilm"
     ),
-    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    device: Annotated[
+        str, typer.Option(help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.")
+    ] = "auto",
     sentence: Annotated[
         list[str] | None,
         typer.Option("--sentence", help="Capture these sentences instead of the fixed set."),
