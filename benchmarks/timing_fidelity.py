@@ -7,7 +7,8 @@ samples spread over ``timing.SAMPLE_WINDOW_SECONDS``), and with triton's
 do_bench_cudagraph (its defaults). Prints JSON: per method the five run medians, their
 median, the run-to-run spread (max/min - 1) and coefficient of variation, and the ratio
 of the judge's median to triton's. Other sampling variants are timed for comparison:
-samples back to back (window 0, as before the samples were spread) and a 3 s window.
+samples back to back (window 0, as before the samples were spread), a 3 s window, and
+50 samples in the 1 s window.
 Run on a CUDA machine:
 
     PYTHONPATH=src python3 benchmarks/timing_fidelity.py
@@ -25,10 +26,11 @@ from inference_kernels.judge.guards import make_copies
 
 RUNS = 5
 WARMUP, ITERS, TRIALS = 10, 20, 7  # the dataset's task timing
-VARIANTS = {  # label: sample window in seconds; "judge" is the judge's own setting
-    "judge": timing.SAMPLE_WINDOW_SECONDS,
-    "judge_samples_back_to_back": 0.0,
-    "judge_window_3s": 3.0,
+VARIANTS = {  # label: (sample window in seconds, samples); "judge" is the judge's own setting
+    "judge": (timing.SAMPLE_WINDOW_SECONDS, TRIALS),
+    "judge_samples_back_to_back": (0.0, TRIALS),
+    "judge_window_3s": (3.0, TRIALS),
+    "judge_window_1s_50_samples": (1.0, 50),
 }
 
 
@@ -47,7 +49,7 @@ def sdpa_inputs():
     return [q, k, v], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
 
 
-def judge_graph(inputs, function, window: float) -> timing.Measurement:
+def judge_graph(inputs, function, window: float, trials: int) -> timing.Measurement:
     sets = make_copies(inputs, 4)
     default = timing.SAMPLE_WINDOW_SECONDS
     timing.SAMPLE_WINDOW_SECONDS = window
@@ -56,7 +58,7 @@ def judge_graph(inputs, function, window: float) -> timing.Measurement:
             lambda j: [function(*sets[j % len(sets)])],
             WARMUP,
             ITERS,
-            TRIALS,
+            trials,
             torch.device("cuda"),
         )
     finally:
@@ -84,8 +86,8 @@ def main() -> None:
     ):
         inputs, function = make()
         entry = {}
-        for label, window in VARIANTS.items():
-            measured = [judge_graph(inputs, function, window) for _ in range(RUNS)]
+        for label, (window, trials) in VARIANTS.items():
+            measured = [judge_graph(inputs, function, window, trials) for _ in range(RUNS)]
             entry[label] = figures(
                 [m.median_us for m in measured], [m.samples_us for m in measured]
             )
