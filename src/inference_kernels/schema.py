@@ -248,7 +248,9 @@ class CaseRow(BaseModel):
     inputs: str | None = None
     generator: str | None = None
     outputs: dict[str, dict[str, Any]] = {}
-    timing: dict[str, dict[str, Any]] = {}
+    # Per method a measurement (or {"error": ...}); rows written before the timing_error
+    # status held the failure of the whole timing as {"error": "..."}.
+    timing: dict[str, dict[str, Any] | str] = {}
     hashes: dict[str, str] = {}
     seconds: float = 0.0
 

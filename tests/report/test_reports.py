@@ -78,3 +78,21 @@ def test_preferred_takes_the_fastest_solution_that_passed_everything_it_ran():
     rows.append(case("complete", "w4", graph=1.0))
     (choice,) = preferred(rows, {"d": "base"})["definitions"]
     assert choice["solution"] == "complete"  # it covers the most workloads
+
+
+def test_results_files_are_validated_row_by_row(tmp_path):
+    from inference_kernels.errors import DatasetError
+    from inference_kernels.report.rows import read_rows
+
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    assert read_rows(path) == ROWS
+    damaged = [*ROWS[:2], {**ROWS[2], "status": None}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in damaged))
+    with pytest.raises(DatasetError) as caught:
+        read_rows(path)
+    problem = caught.value.problem
+    assert (problem.field, problem.message) == ("line 3.status", "Input should be a valid string")
+    path.write_text(json.dumps({"type": "summary"}) + "\n")
+    with pytest.raises(DatasetError, match="neither a case nor an environment row"):
+        read_rows(path)

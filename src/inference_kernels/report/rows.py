@@ -7,7 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import DatasetError
+from ..schema import CaseRow, EnvironmentRow
+
+_MODELS = {"case": CaseRow, "environment": EnvironmentRow}
 
 # The time that represents a case, best first: a CUDA graph replay (no launch overhead,
 # prepared launch when the solution has one), then eager prepared launch, then eager.
@@ -15,6 +20,7 @@ TIME_PREFERENCE = ("graph", "prepared", "eager")
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a results file, each validated as a case or an environment row."""
     if not path.is_file():
         raise DatasetError(path, "", "no such results file")
     rows = []
@@ -22,9 +28,19 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             raise DatasetError(path, f"line {number}", "not a JSON row") from None
+        model = _MODELS.get(row.get("type")) if isinstance(row, dict) else None
+        if model is None:
+            raise DatasetError(path, f"line {number}.type", "neither a case nor an environment row")
+        try:
+            model.model_validate(row)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise DatasetError(path, f"line {number}.{field}", first["msg"]) from None
+        rows.append(row)
     return rows
 
 
