@@ -9,7 +9,8 @@ Each install function takes a capture writer and returns the ``Patches`` it appl
 
 from ._runtime import Patches, SGLangUnavailableError
 from .deepseek import install_deepseek
-from .diffusion import install_ltx, install_qwen_image
+from .ltx import install_ltx
+from .qwen_image import install_qwen_image
 from .qwen_next import install_qwen_next
 
 HOOK_SETS = {

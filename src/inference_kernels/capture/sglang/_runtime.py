@@ -1,7 +1,8 @@
 """Plumbing shared by the SGLang hook sets: patching, argument binding, step context, ranks.
 
 Nothing here imports SGLang. The hooks that use it cannot run in this environment (SGLang
-and its CUDA kernels are not installed); see ``qwen_next.py``, ``deepseek.py`` and ``diffusion.py``.
+and its CUDA kernels are not installed); see ``qwen_image.py``, ``ltx.py``,
+``qwen_next.py`` and ``deepseek.py``.
 """
 
 from __future__ import annotations

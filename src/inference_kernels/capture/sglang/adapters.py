@@ -1,11 +1,12 @@
 """Adapter steps from an SGLang engine call to a definition's inputs, as pure tensor functions.
 
 Every function here takes and returns torch tensors: no SGLang import, no writer, no device
-assumption. The hooks in ``qwen_next.py``, ``deepseek.py`` and ``diffusion.py`` call them;
-the unit tests in ``tests/capture/test_sglang_adapters.py`` check them on small hand-written
-values. Each docstring names the step of the seed capture script that it mirrors
-(``scripts/capture_llm.py``, or ``scripts/capture_inputs.py`` for the diffusion models).
-The UE8M0 scale steps live in ``scales.py`` and are re-exported here.
+assumption. The hooks in ``qwen_image.py``, ``ltx.py``, ``qwen_next.py`` and
+``deepseek.py`` call them; the unit tests in ``tests/capture/test_sglang_adapters.py``
+check them on small hand-written values. Each docstring names the step of the seed
+capture script that it mirrors (``scripts/capture_llm.py``, or ``scripts/capture_inputs.py``
+for the diffusion models). The UE8M0 scale steps live in ``scales.py`` and are
+re-exported here.
 """
 
 from __future__ import annotations
