@@ -86,18 +86,19 @@ def test_a_call_that_does_not_fit_the_definition_is_refused(tmp_path):
 KILLED_CAPTURE = """
 import os, signal, sys
 import torch, torch.nn.functional as F
-from inference_kernels.capture import generic, writer as module
+from inference_kernels.capture import generic
 from inference_kernels.capture.writer import CaptureWriter
+from inference_kernels.dataset import files as module
 
 appended = []
-original = module._append_line
+original = module.append_line
 def append(path, record, sort_keys=False):
     if path.name == "captures.jsonl" and len(appended) == 2:
         os.kill(os.getpid(), signal.SIGKILL)  # the third workload line is written, its receipt not
     original(path, record, sort_keys)
     if path.name == "captures.jsonl":
         appended.append(record["uuid"])
-module._append_line = append
+module.append_line = append
 
 writer = CaptureWriter(sys.argv[1], {"model": "test/tiny"})
 writer.define(generic.gemm_definition(8, 16, bias=False, tags=["status:test"]))
@@ -138,13 +139,15 @@ def test_hooks_leave_results_unchanged_and_record_linear_mm_and_attention(tmp_pa
         return layer(x), torch.mm(x[0], right), F.scaled_dot_product_attention(q, k, v)
 
     plain = model()
+    originals = (F.linear, torch.mm, F.scaled_dot_product_attention)
     writer = CaptureWriter(tmp_path, CONTEXT)
     with TorchHooks(writer, model=layer) as hooks:
+        assert F.linear is not originals[0] and torch.mm is not originals[1]
         hooked = model()
         masked = torch.zeros(5, 5, dtype=torch.bool)
         F.scaled_dot_product_attention(q, k, v, attn_mask=masked)
     assert all(torch.equal(a, b) for a, b in zip(plain, hooked, strict=True))
-    assert F.linear is not hooks._linear and torch.mm is not hooks._mm  # uninstalled
+    assert (F.linear, torch.mm, F.scaled_dot_product_attention) == originals  # uninstalled
     assert sorted(writer.definitions) == [
         "dense_gemm_bf16_nt_bias_n8_k16",
         "dense_gemm_bf16_nt_n8_k16",
@@ -257,3 +260,85 @@ def test_check_verifies_the_engine_outputs_of_shipped_captures(tmp_path):
     output.unlink()
     (problem,) = check_dataset(load_dataset(tmp_path)).problems
     assert "missing" in problem.message
+
+
+def test_calls_a_definition_cannot_hold_are_skipped_not_raised(tmp_path):
+    writer = CaptureWriter(tmp_path, CONTEXT)
+    q = torch.randn(2, 2, 5, 4).bfloat16()
+    kv = torch.randn(1, 2, 5, 4).bfloat16()  # batch 1 broadcast over the query's batch 2
+    with TorchHooks(writer) as hooks:
+        broadcast = F.scaled_dot_product_attention(q, kv, kv)
+        empty = F.linear(torch.ones(0, 16, dtype=torch.bfloat16), torch.ones(8, 16).bfloat16())
+        weird = F.linear(torch.ones(2, 16).bfloat16(), torch.ones(8, 16).bfloat16())
+        hooks.provenance = {"request": {"ids"}}  # a set: not JSON, so no stable uuid
+        F.linear(torch.ones(3, 16).bfloat16(), torch.ones(8, 16).bfloat16())
+    assert broadcast.shape == (2, 2, 5, 4) and empty.shape == (0, 8) and weird.shape == (2, 8)
+    assert writer.counts["written"] == 1  # only the plain [2, 16] call
+    sdpa = "torch.nn.functional.scaled_dot_product_attention"
+    assert hooks.skipped[f"{sdpa}: query and key/value batch or head size differ (broadcast)"] == 1
+    assert hooks.skipped["torch.nn.functional.linear: empty"] == 1
+    (refused,) = [reason for reason in hooks.skipped if "not JSON" in reason]
+    assert refused.startswith("torch.nn.functional.linear: provenance value {'ids'}")
+    assert check_dataset(load_dataset(tmp_path)).ok
+
+
+def test_auxiliary_tensors_count_against_the_budget_once(tmp_path):
+    writer = _writer(tmp_path, budget_bytes=5000)
+    table = torch.arange(1000, dtype=torch.int32)  # 4000 bytes
+    assert writer.tensor(table, "a") is not None and writer.written_bytes == 4000
+    assert writer.tensor(table.clone(), "same") is not None and writer.written_bytes == 4000
+    assert writer.tensor(table + 1, "other") is None  # 4000 more would pass 5000
+    assert writer.counts["over_budget"] == 1 and len(_blobs(tmp_path)) == 1
+
+
+def test_recovery_forgives_only_a_torn_last_line(tmp_path):
+    writer = _writer(tmp_path)
+    for rows in (1, 2):
+        writer.write(GEMM, *_gemm_call(rows), {"variant": f"rows_{rows}"})
+    receipts = tmp_path / "captures.jsonl"
+    lines = receipts.read_text().splitlines()
+    receipts.write_text(lines[0][:-5] + "\n" + lines[1] + "\n")  # damage in the middle
+    with pytest.raises(CaptureError, match=r"captures.jsonl: line 1: not JSON"):
+        _writer(tmp_path)
+
+
+def test_import_completes_an_interrupted_import_and_replaces_a_cut_blob(tmp_path):
+    capture, target = tmp_path / "capture", tmp_path / "target"
+    writer = _writer(capture)
+    for rows in (2, 3):
+        writer.write(GEMM, *_gemm_call(rows), {"variant": f"rows_{rows}"})
+    generic.write_tasks_and_baselines(capture, writer.definitions.values())
+    merge(capture, target)
+    # As if the import had died after the workload lines: drop the receipts, cut a blob.
+    (target / "captures.jsonl").unlink()
+    blob = sorted((target / "blob").rglob("*.safetensors"))[0]
+    blob.write_bytes(blob.read_bytes()[:10])
+    again = merge(capture, target)
+    assert again["workloads_added"] == 2 and again["blobs_added"] == 1
+    assert check_dataset(load_dataset(target)).ok
+
+
+def test_import_refuses_a_capture_whose_workloads_lack_receipts(tmp_path):
+    capture, target = tmp_path / "capture", tmp_path / "target"
+    writer = _writer(capture)
+    writer.write(GEMM, *_gemm_call(2), {"variant": "rows_2"})
+    (capture / "captures.jsonl").unlink()  # killed before its first receipt
+    with pytest.raises(DatasetError, match="has no receipt: an interrupted capture"):
+        merge(capture, target)
+    assert not (target / "workloads").exists()
+
+
+def test_check_reports_a_malformed_engine_output_in_one_line(tmp_path):
+    writer = _writer(tmp_path)
+    uuid = writer.write(GEMM, *_gemm_call(2), {"variant": "rows_2"})
+    receipts = tmp_path / "captures.jsonl"
+    for value, message in (
+        ("oops", "neither a descriptor nor a mapping of them"),
+        ({"type": "safetensors"}, "Field required"),
+    ):
+        record = json.loads(receipts.read_text())
+        record["expected_output"] = value
+        receipts.write_text(json.dumps(record) + "\n")
+        (problem,) = check_dataset(load_dataset(tmp_path)).problems
+        assert problem.field.startswith(f"uuid {uuid}.expected_output")
+        assert problem.message == message

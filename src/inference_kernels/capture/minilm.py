@@ -99,7 +99,11 @@ def capture(
     generic.write_tasks_and_baselines(output, writer.definitions.values())
     return {
         "output": str(output),
-        "definitions": sorted(writer.definitions),
+        "definitions": sorted(
+            name
+            for name, definition in writer.definitions.items()
+            if (output / "workloads" / definition.op_type / f"{name}.jsonl").exists()
+        ),
         "counts": writer.counts,
         "calls": dict(hooks.calls),
         "skipped": dict(hooks.skipped),

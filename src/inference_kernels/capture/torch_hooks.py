@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import generic
-from .writer import CaptureWriter
+from .writer import CaptureError, CaptureWriter
 
 
 class TorchHooks:
@@ -126,6 +126,8 @@ class TorchHooks:
             self.calls[operation] += 1
             with torch.no_grad():
                 handler(operation, *args)
+        except CaptureError as error:  # a call the definition cannot hold: the engine goes on
+            self.skipped[f"{operation}: {error}"] += 1
         finally:
             self._busy = False
 
@@ -162,6 +164,9 @@ class TorchHooks:
         n, k = weight.shape
         name = generic.gemm_name(n, k, bias is not None)
         rows = a.reshape(-1, k)
+        if rows.shape[0] == 0 or n == 0 or k == 0:
+            self.skipped[f"{operation}: empty"] += 1
+            return
         adapters = []
         if a.dim() > 2:
             adapters.append(f"flatten leading dimensions {list(a.shape[:-1])} into M")
@@ -208,6 +213,10 @@ class TorchHooks:
             return "not BF16"
         if q.dim() != 4 or k.shape != v.shape or k.shape[1] != q.shape[1]:
             return "not [B, H, N, D] with equal query and key/value heads"
+        if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+            return "query and key/value batch or head size differ (broadcast)"
+        if 0 in q.shape or 0 in k.shape:
+            return "empty"
         if options.get("dropout_p") or options.get("is_causal") or options.get("enable_gqa"):
             return "dropout, causal or GQA"
         scale = options.get("scale")

@@ -21,7 +21,6 @@ the same thing twice yields the same uuid and the second is not recorded again.
 from __future__ import annotations
 
 import json
-import os
 import uuid as uuids
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from ..dataset import blobs
+from ..dataset import files
 from ..dataset.blobs import blob_path, content_hash, put
 from ..dtypes import dtype_name, torch_dtype
 from ..schema import CaptureRecord, Definition, ScalarInput, TraceLine, Workload
@@ -48,37 +47,38 @@ def selection_key(name: str, provenance: Mapping[str, Any]) -> Hashable:
     return (name, provenance.get("variant"))
 
 
+def _not_json(value: Any) -> Any:
+    raise CaptureError(f"provenance value {value!r} is not JSON (sets and objects are refused)")
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _append_line(path: Path, record: dict[str, Any], sort_keys: bool = False) -> None:
-    """Append one JSON line in a single write, then fsync: a crash leaves it whole or torn
-    at the end, never interleaved."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(record, sort_keys=sort_keys) + "\n").encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, data)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    """The one JSON text of ``value``: sorted keys, no spaces; non-JSON values refused, so
+    that a uuid never depends on how an object prints."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_not_json)
 
 
 def write_atomically(path: Path, text: str) -> None:
-    blobs.write_atomically(path, text.encode())
+    files.write_atomically(path, text.encode())
 
 
-def _whole_lines(path: Path) -> list[dict[str, Any]]:
-    """The complete JSON lines of ``path`` (a torn last line is left out)."""
+def _whole_lines(path: Path, uuid_of: Callable[[dict], str]) -> list[dict[str, Any]]:
+    """The records of ``path``. Only the last line may be torn (an interrupted append) and
+    is left out; any other unreadable line is an error naming the file and line."""
     if not path.exists():
         return []
+    lines = path.read_text().splitlines()
     records = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
+            uuid_of(record)
         except json.JSONDecodeError:
-            continue  # only the last line of an interrupted append can be torn
+            if number == len(lines):
+                continue
+            raise CaptureError(f"{path}: line {number}: not JSON") from None
+        except (TypeError, KeyError):
+            raise CaptureError(f"{path}: line {number}: not a record with a uuid") from None
+        records.append(record)
     return records
 
 
@@ -119,13 +119,14 @@ class CaptureWriter:
     def _recover(self) -> None:
         """Drop what an interrupted capture left: torn lines, workloads without receipts."""
         receipts_path = self.root / "captures.jsonl"
-        receipts = _whole_lines(receipts_path)
+        receipts = _whole_lines(receipts_path, lambda record: record["uuid"])
         if receipts_path.exists() and len(receipts) != len(receipts_path.read_text().splitlines()):
             _rewrite(receipts_path, receipts, sort_keys=True)
         self.receipts = {record["uuid"] for record in receipts}
         for path in sorted((self.root / "workloads").glob("*/*.jsonl")):
             lines = path.read_text().splitlines()
-            kept = [r for r in _whole_lines(path) if r["workload"]["uuid"] in self.receipts]
+            records = _whole_lines(path, lambda record: record["workload"]["uuid"])
+            kept = [r for r in records if r["workload"]["uuid"] in self.receipts]
             if len(kept) != len(lines):
                 _rewrite(path, kept)
         for path in sorted((self.root / "definitions").glob("*/*.json")):
@@ -141,17 +142,25 @@ class CaptureWriter:
 
     # ------------------------------------------------------------------ definitions
 
+    def _definition_path(self, definition: Definition) -> Path:
+        return self.root / "definitions" / definition.op_type / f"{definition.name}.json"
+
     def define(self, definition: Definition) -> None:
-        """Make ``definition`` known, writing its file if the directory lacks it. A file
-        that exists must hold the same definition."""
+        """Make ``definition`` known. Its file is written with its first workload, so that a
+        definition never lies on disk without one. A file that exists must hold the same."""
         known = self.definitions.get(definition.name)
         if known is not None:
             if known != definition:
-                raise CaptureError(f"{definition.name}: differs from the definition on disk")
+                raise CaptureError(
+                    f"{self._definition_path(known)}: differs from the definition being captured"
+                )
             return
-        path = self.root / "definitions" / definition.op_type / f"{definition.name}.json"
-        write_atomically(path, definition.model_dump_json(indent=2, exclude_none=True) + "\n")
         self.definitions[definition.name] = definition
+
+    def _persist(self, definition: Definition) -> None:
+        path = self._definition_path(definition)
+        if not path.exists():
+            write_atomically(path, definition.model_dump_json(indent=2, exclude_none=True) + "\n")
 
     # ------------------------------------------------------------------ selection
 
@@ -168,10 +177,15 @@ class CaptureWriter:
 
     # ------------------------------------------------------------------ writing
 
-    def tensor(self, value: torch.Tensor, name: str, definition: str = "auxiliary") -> dict:
-        """Store an auxiliary tensor (a page table, a mask...) and return its descriptor."""
+    def tensor(self, value: torch.Tensor, name: str, definition: str = "auxiliary") -> dict | None:
+        """Store an auxiliary tensor (a page table, a mask...) and return its descriptor, or
+        None when the size budget does not allow it."""
+        needed = self._new_bytes(definition, [value])
+        if self.budget_bytes is not None and self.written_bytes + needed > self.budget_bytes:
+            self.counts["over_budget"] += 1
+            return None
         descriptor = put(self.root, definition, value, BLOB_METADATA)
-        self.written_bytes += value.numel() * value.element_size()
+        self.written_bytes += needed
         return {
             **descriptor.model_dump(),
             "name": name,
@@ -273,11 +287,14 @@ class CaptureWriter:
         CaptureRecord.model_validate(receipt)  # the receipt must be a valid record
         workload = Workload(uuid=uuid, axes=axes, inputs=descriptors)
         line = TraceLine(definition=name, workload=workload)
-        _append_line(
+        self._persist(definition)
+        files.append_line(
             self.root / "workloads" / definition.op_type / f"{name}.jsonl",
             line.model_dump(mode="json"),
         )
-        _append_line(self.root / "captures.jsonl", json.loads(_canonical(receipt)), sort_keys=True)
+        files.append_line(
+            self.root / "captures.jsonl", json.loads(_canonical(receipt)), sort_keys=True
+        )
         self.receipts.add(uuid)
         self.counts["written"] += 1
         return uuid

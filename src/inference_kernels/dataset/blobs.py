@@ -14,9 +14,7 @@ read normally and only the hash check is skipped (there is no hash to check agai
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
@@ -26,6 +24,7 @@ from safetensors.torch import save
 from ..dtypes import dtype_name
 from ..errors import DatasetError
 from ..schema import Definition, SafetensorsInput, Workload
+from .files import write_atomically
 from .shapes import verify_tensor
 
 TENSOR_KEY = "tensor"
@@ -55,22 +54,6 @@ def put(
         payload = save({TENSOR_KEY: tensor.detach().to("cpu").contiguous()}, metadata=metadata)
         write_atomically(target, payload)
     return SafetensorsInput(type="safetensors", path=relative, tensor_key=TENSOR_KEY)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, rename it into place:
-    readers see the old file or the whole new one, never a part."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def resolve(data_root: Path, descriptor: SafetensorsInput) -> Path:

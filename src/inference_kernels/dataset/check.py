@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from ..errors import DatasetError, Problem
 from ..schema import CaptureRecord, Definition, SafetensorsInput, ScalarInput, Workload
 from . import blobs, constraints, receipts
@@ -210,8 +208,8 @@ def _engine_output_problems(
     exported stand-in blobs: not a problem.)"""
     try:
         descriptors = receipts.engine_outputs(definition, record)
-    except ValidationError as error:
-        return [Problem("captures.jsonl", f"uuid {record.uuid}.expected_output", str(error))]
+    except DatasetError as error:
+        return [error.problem]
     captured = any(
         isinstance(d, SafetensorsInput) and blobs.origin(data_root, d) == "captured"
         for d in workload.inputs.values()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
 from ..errors import DatasetError
 from ..schema import CaptureRecord, Definition, SafetensorsInput, Workload
@@ -23,9 +24,22 @@ def engine_outputs(
     stored = (capture.model_extra or {}).get("expected_output") if capture else None
     if stored is None:
         return None
+    where = f"uuid {capture.uuid}.expected_output"
+    if not isinstance(stored, dict):
+        raise DatasetError("captures.jsonl", where, "neither a descriptor nor a mapping of them")
     if "type" in stored:
         stored = {next(iter(definition.outputs)): stored}
-    return {name: SafetensorsInput.model_validate(value) for name, value in stored.items()}
+    descriptors = {}
+    for name, value in stored.items():
+        if name not in definition.outputs:
+            raise DatasetError("captures.jsonl", f"{where}.{name}", "not an output")
+        try:
+            descriptors[name] = SafetensorsInput.model_validate(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in (name, *first["loc"]))
+            raise DatasetError("captures.jsonl", f"{where}.{field}", first["msg"]) from None
+    return descriptors
 
 
 def load_engine_output(
