@@ -196,12 +196,18 @@ def test_replay_fails_when_the_engine_output_disagrees(tmp_path):
     assert run.outputs[0]["mismatched_elements"] > 0
 
 
-def test_import_deduplicates_blobs_and_refuses_conflicting_uuids(tmp_path):
-    capture, target = tmp_path / "capture", tmp_path / "target"
+def _capture_of_two_gemms(tmp_path):
+    """A complete capture directory: two GEMM workloads, their task and baseline."""
+    capture = tmp_path / "capture"
     writer = _writer(capture)
     for rows in (2, 3):
         writer.write(GEMM, *_gemm_call(rows), {"variant": f"rows_{rows}"})
     generic.write_tasks_and_baselines(capture, writer.definitions.values())
+    return capture
+
+
+def test_import_deduplicates_blobs_and_refuses_conflicting_uuids(tmp_path):
+    capture, target = _capture_of_two_gemms(tmp_path), tmp_path / "target"
     first = merge(capture, target)
     assert first["workloads_added"] == 2 and first["blobs_added"] == 6
     assert first["definitions_added"] == first["tasks_added"] == first["solutions_added"] == 1
@@ -303,11 +309,7 @@ def test_recovery_forgives_only_a_torn_last_line(tmp_path):
 
 
 def test_import_completes_an_interrupted_import_and_replaces_a_cut_blob(tmp_path):
-    capture, target = tmp_path / "capture", tmp_path / "target"
-    writer = _writer(capture)
-    for rows in (2, 3):
-        writer.write(GEMM, *_gemm_call(rows), {"variant": f"rows_{rows}"})
-    generic.write_tasks_and_baselines(capture, writer.definitions.values())
+    capture, target = _capture_of_two_gemms(tmp_path), tmp_path / "target"
     merge(capture, target)
     # As if the import had died after the workload lines: drop the receipts, cut a blob.
     (target / "captures.jsonl").unlink()

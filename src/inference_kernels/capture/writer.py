@@ -180,11 +180,12 @@ class CaptureWriter:
     def tensor(self, value: torch.Tensor, name: str, definition: str = "auxiliary") -> dict | None:
         """Store an auxiliary tensor (a page table, a mask...) and return its descriptor, or
         None when the size budget does not allow it."""
-        needed = self._new_bytes(definition, [value])
+        digests = {id(value): content_hash(value)}
+        needed = self._new_bytes(definition, [value], digests)
         if self.budget_bytes is not None and self.written_bytes + needed > self.budget_bytes:
             self.counts["over_budget"] += 1
             return None
-        descriptor = put(self.root, definition, value, BLOB_METADATA)
+        descriptor = put(self.root, definition, value, BLOB_METADATA, digests[id(value)])
         self.written_bytes += needed
         return {
             **descriptor.model_dump(),
@@ -222,10 +223,11 @@ class CaptureWriter:
                     axes[axis] = int(size)
         return axes
 
-    def _new_bytes(self, name: str, tensors: list[torch.Tensor]) -> int:
+    def _new_bytes(self, name: str, tensors: list[torch.Tensor], digests: dict[int, str]) -> int:
+        """Bytes of the tensors whose blobs do not exist yet (each distinct blob once)."""
         fresh = {}
         for value in tensors:
-            path = self.root / blob_path(name, content_hash(value))
+            path = self.root / blob_path(name, digests[id(value)])
             if not path.exists():
                 fresh[path] = value.numel() * value.element_size()
         return sum(fresh.values())
@@ -254,7 +256,8 @@ class CaptureWriter:
         self.captured.add(self.key(name, provenance))
         tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
         tensors += list((outputs or {}).values())
-        needed = self._new_bytes(name, tensors)
+        digests = {id(value): content_hash(value) for value in tensors}  # hashed once each
+        needed = self._new_bytes(name, tensors, digests)
         if self.budget_bytes is not None and self.written_bytes + needed > self.budget_bytes:
             self.counts["over_budget"] += 1
             return None
@@ -262,14 +265,18 @@ class CaptureWriter:
         for input_name in definition.inputs:
             value = inputs[input_name]
             if isinstance(value, torch.Tensor):
-                descriptors[input_name] = put(self.root, name, value, BLOB_METADATA)
+                descriptors[input_name] = put(
+                    self.root, name, value, BLOB_METADATA, digests[id(value)]
+                )
             else:
                 descriptors[input_name] = ScalarInput(type="scalar", value=value)
         self.written_bytes += needed
         receipt: dict[str, Any] = {**self.context, **provenance, "definition": name, "axes": axes}
         if outputs is not None:
             stored = {
-                output: put(self.root, name, outputs[output], BLOB_METADATA).model_dump()
+                output: put(
+                    self.root, name, outputs[output], BLOB_METADATA, digests[id(outputs[output])]
+                ).model_dump()
                 for output in definition.outputs
             }
             # One output: its descriptor itself, as the seed's receipts hold it.

@@ -45,10 +45,15 @@ def blob_path(definition: str, digest: str) -> str:
 
 
 def put(
-    root: Path, definition: str, tensor: torch.Tensor, metadata: dict[str, str]
+    root: Path,
+    definition: str,
+    tensor: torch.Tensor,
+    metadata: dict[str, str],
+    digest: str | None = None,
 ) -> SafetensorsInput:
-    """Write ``tensor`` once (atomically) and return the descriptor that names it."""
-    relative = blob_path(definition, content_hash(tensor))
+    """Write ``tensor`` once (atomically) and return the descriptor that names it.
+    ``digest`` is its ``content_hash`` when the caller has it already."""
+    relative = blob_path(definition, digest or content_hash(tensor))
     target = root / relative
     if not target.exists():
         payload = save({TENSOR_KEY: tensor.detach().to("cpu").contiguous()}, metadata=metadata)

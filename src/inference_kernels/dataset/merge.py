@@ -62,9 +62,10 @@ def _copy(source: Path, target: Path, whole_if_same_size: bool = False) -> bool:
     return True
 
 
-def _plan(capture: Dataset, target: Dataset) -> tuple[list[str], list[str], int]:
+def _plan(
+    capture: Dataset, target: Dataset, lines: dict[str, dict], receipts: dict[str, dict]
+) -> tuple[list[str], list[str], int]:
     """(uuids whose workload line is missing, uuids whose receipt is missing, uuids present)."""
-    lines, receipts = _workload_lines(capture), _receipts(capture)
     for uuid in lines:
         if uuid not in receipts:
             raise DatasetError(
@@ -101,7 +102,8 @@ def merge(capture_root: Path, target_root: Path) -> dict[str, int]:
             raise DatasetError(
                 target.relative(target.definition_files[name]), "", "differs from the capture's"
             )
-    need_line, need_receipt, present = _plan(capture, target)
+    lines, receipts = _workload_lines(capture), _receipts(capture)
+    need_line, need_receipt, present = _plan(capture, target, lines, receipts)
     counts = dict.fromkeys(
         ("definitions_added", "blobs_added", "blobs_shared", "tasks_added", "solutions_added"),
         0,
@@ -114,7 +116,6 @@ def merge(capture_root: Path, target_root: Path) -> dict[str, int]:
     for folder, key in (("tasks", "tasks_added"), ("solutions", "solutions_added")):
         for path in sorted((capture.root / folder).rglob("*.json")):
             counts[key] += _copy(path, target.root / path.relative_to(capture.root))
-    lines, receipts = _workload_lines(capture), _receipts(capture)
     for name, path in capture.workload_files.items():
         mine = [lines[u] for u in need_line if lines[u]["definition"] == name]
         _append(target.root / path.relative_to(capture.root), mine)

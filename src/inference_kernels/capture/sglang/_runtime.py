@@ -98,6 +98,28 @@ def provenance(operation: str, context: dict | None, adapters: list[str], **extr
     return record
 
 
+def track_forward(
+    patches: Patches, context: contextvars.ContextVar, model_class, state_of: Callable
+) -> None:
+    """Wrap ``model_class.forward`` so that the hooks below it read the step state
+    ``state_of(original, self, args, kwargs)`` from ``context`` (None: run untracked)."""
+
+    def make(original):
+        def forward(self, *args, **kwargs):
+            state = state_of(original, self, args, kwargs)
+            if state is None:
+                return original(self, *args, **kwargs)
+            token = context.set(state)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                context.reset(token)
+
+        return forward
+
+    patches.wrap(model_class, "forward", make)
+
+
 def new_context() -> contextvars.ContextVar:
     return contextvars.ContextVar("sglang_capture_context", default=None)
 

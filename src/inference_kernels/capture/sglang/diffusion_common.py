@@ -9,7 +9,7 @@ import weakref
 
 import torch
 
-from ._runtime import Patches
+from ._runtime import Patches, track_forward
 
 # The callback of the model-level hook that is waiting for its inner attention call, and a
 # flag that hides attention calls made inside another (forward_with_replicated_kv_prefix).
@@ -52,19 +52,12 @@ class ModulePaths:
 def track_steps(patches: Patches, context, paths: ModulePaths, model_class) -> None:
     """Wrap the transformer's forward: one denoising step per call; register module names."""
 
-    def make(original):
-        def forward(self, *args, **kwargs):
-            paths.register(self)
-            paths.stack.clear()
-            token = context.set({"step": patches.next_step("denoise")})
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                context.reset(token)
+    def state_of(original, model, args, kwargs) -> dict:
+        paths.register(model)
+        paths.stack.clear()
+        return {"step": patches.next_step("denoise")}
 
-        return forward
-
-    patches.wrap(model_class, "forward", make)
+    track_forward(patches, context, model_class, state_of)
 
 
 def report_attention(patches: Patches, attention_class, method: str) -> None:

@@ -3,32 +3,24 @@ and decode steps and expose the batch state to the hooks below it."""
 
 from __future__ import annotations
 
-from ._runtime import Patches, bind
+from ._runtime import Patches, bind, track_forward
 
 
 def track_steps(patches: Patches, context, model_class) -> None:
     """Wrap the model's forward: count prefill / decode steps and expose the batch state."""
 
-    def make(original):
-        def forward(self, *args, **kwargs):
-            batch = bind(original, (self, *args), kwargs).get("forward_batch")
-            if batch is None:
-                return original(self, *args, **kwargs)
-            mode = "decode" if batch.forward_mode.is_decode() else "prefill"
-            lengths = batch.seq_lens.tolist()
-            state = {
-                "step": patches.next_step(mode),
-                "scheduler_mode": mode,
-                "scheduler_sequence_lengths": lengths,
-                "tokens": getattr(batch, "extend_num_tokens", None) or len(lengths),
-                "prefix_lengths": getattr(batch, "extend_prefix_lens_cpu", None),
-            }
-            token = context.set(state)
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                context.reset(token)
+    def state_of(original, model, args, kwargs) -> dict | None:
+        batch = bind(original, (model, *args), kwargs).get("forward_batch")
+        if batch is None:
+            return None
+        mode = "decode" if batch.forward_mode.is_decode() else "prefill"
+        lengths = batch.seq_lens.tolist()
+        return {
+            "step": patches.next_step(mode),
+            "scheduler_mode": mode,
+            "scheduler_sequence_lengths": lengths,
+            "tokens": getattr(batch, "extend_num_tokens", None) or len(lengths),
+            "prefix_lengths": getattr(batch, "extend_prefix_lens_cpu", None),
+        }
 
-        return forward
-
-    patches.wrap(model_class, "forward", make)
+    track_forward(patches, context, model_class, state_of)
