@@ -7,8 +7,10 @@ samples spread over ``timing.SAMPLE_WINDOW_SECONDS``), and with triton's
 do_bench_cudagraph (its defaults). Prints JSON: per method the five run medians, their
 median, the run-to-run spread (max/min - 1) and coefficient of variation, and the ratio
 of the judge's median to triton's. Other sampling variants are timed for comparison:
-samples back to back (window 0, as before the samples were spread), a 3 s window, and
-50 samples in the 1 s window.
+the judge's earlier 0.25 s of steady replays and a 3 s window. First the GPU is loaded
+for ``timing.PREHEAT_SECONDS``, as a judge worker does before its first timed case.
+Each run's start (unix seconds) is kept, to line runs up with a clock log such as
+``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv -lms 50``.
 Run on a CUDA machine:
 
     PYTHONPATH=src python3 benchmarks/timing_fidelity.py
@@ -16,6 +18,7 @@ Run on a CUDA machine:
 
 import json
 import statistics
+import time
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +29,12 @@ from inference_kernels.judge.guards import make_copies
 
 RUNS = 5
 WARMUP, ITERS, TRIALS = 10, 20, 7  # the dataset's task timing
-VARIANTS = {  # label: (sample window in seconds, samples); "judge" is the judge's own setting
-    "judge": (timing.SAMPLE_WINDOW_SECONDS, TRIALS),
-    "judge_samples_back_to_back": (0.0, TRIALS),
-    "judge_window_3s": (3.0, TRIALS),
-    "judge_window_1s_50_samples": (1.0, 50),
+STEADY = timing.STEADY_SECONDS
+# label: (steady seconds, sample window in seconds, samples); "judge" is the judge's own
+VARIANTS = {
+    "judge": (STEADY, timing.SAMPLE_WINDOW_SECONDS, TRIALS),
+    "judge_steady_0.25s": (0.25, timing.SAMPLE_WINDOW_SECONDS, TRIALS),
+    "judge_window_3s": (STEADY, 3.0, TRIALS),
 }
 
 
@@ -49,10 +53,10 @@ def sdpa_inputs():
     return [q, k, v], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
 
 
-def judge_graph(inputs, function, window: float, trials: int) -> timing.Measurement:
+def judge_graph(inputs, function, steady: float, window: float, trials: int):
     sets = make_copies(inputs, 4)
-    default = timing.SAMPLE_WINDOW_SECONDS
-    timing.SAMPLE_WINDOW_SECONDS = window
+    defaults = timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS
+    timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS = steady, window
     try:
         measured, _ = timing.graph(
             lambda j: [function(*sets[j % len(sets)])],
@@ -62,13 +66,14 @@ def judge_graph(inputs, function, window: float, trials: int) -> timing.Measurem
             torch.device("cuda"),
         )
     finally:
-        timing.SAMPLE_WINDOW_SECONDS = default
+        timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS = defaults
     return measured
 
 
-def figures(runs: list[float], samples: list[list[float]] | None = None) -> dict:
+def figures(runs: list[float], started: list[float], samples: list | None = None) -> dict:
     entry = {
         "runs_us": [round(x, 2) for x in runs],
+        "runs_started_unix_s": [round(x, 2) for x in started],
         "median_us": round(statistics.median(runs), 2),
         "spread": round(max(runs) / min(runs) - 1, 4),
         "cv": round(statistics.stdev(runs) / statistics.mean(runs), 4),
@@ -80,21 +85,26 @@ def figures(runs: list[float], samples: list[list[float]] | None = None) -> dict
 
 def main() -> None:
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    report["preheat_s"] = round(timing.preheat(torch.device("cuda")), 2)
     for name, make in (
         ("gemm_bf16_m4096_n12288_k4096", gemm_inputs),
         ("sdpa_b1_h32_n2560_d128", sdpa_inputs),
     ):
         inputs, function = make()
         entry = {}
-        for label, (window, trials) in VARIANTS.items():
-            measured = [judge_graph(inputs, function, window, trials) for _ in range(RUNS)]
+        for label, variant in VARIANTS.items():
+            started, measured = [], []
+            for _ in range(RUNS):
+                started.append(time.time())
+                measured.append(judge_graph(inputs, function, *variant))
             entry[label] = figures(
-                [m.median_us for m in measured], [m.samples_us for m in measured]
+                [m.median_us for m in measured], started, [m.samples_us for m in measured]
             )
-        triton = [
-            do_bench_cudagraph(lambda f=function, x=inputs: f(*x)) * 1000 for _ in range(RUNS)
-        ]
-        entry["triton_do_bench_cudagraph"] = figures(triton)
+        started, triton = [], []
+        for _ in range(RUNS):
+            started.append(time.time())
+            triton.append(do_bench_cudagraph(lambda f=function, x=inputs: f(*x)) * 1000)
+        entry["triton_do_bench_cudagraph"] = figures(triton, started)
         ours, theirs = entry["judge"]["median_us"], entry["triton_do_bench_cudagraph"]["median_us"]
         entry["ratio"] = round(ours / theirs, 4)
         report[name] = entry

@@ -19,7 +19,7 @@ if [[ $STEPS == *exploits* ]]; then
   timeout 150 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
 fi
 if [[ $STEPS == *fidelity* ]]; then
-  timeout 180 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
+  timeout 300 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
 fi
 if [[ $STEPS == *replay* ]]; then
   timeout 300 python3 -m inference_kernels.cli replay --device cuda \

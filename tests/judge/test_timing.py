@@ -1,3 +1,5 @@
+import time
+
 import torch
 
 from inference_kernels.judge import timing
@@ -67,3 +69,9 @@ def test_suspect_when_the_host_waited_far_longer_than_the_stream():
     honest = timing.Measurement("cuda-events", 100.0, 90, 110, 5, 20, host_median_us=105.0)
     hidden = timing.Measurement("cuda-events", 5.0, 4, 6, 1, 20, host_median_us=100.0)
     assert not timing.suspect(honest) and timing.suspect(hidden)
+
+
+def test_preheat_loads_only_a_cuda_device():
+    began = time.perf_counter()
+    assert timing.preheat(torch.device("cpu"), seconds=5.0) == 0.0
+    assert time.perf_counter() - began < 0.5

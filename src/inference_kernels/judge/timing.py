@@ -80,9 +80,16 @@ def suspect(measurement: Measurement) -> bool:
 # seconds, not hours: about this long per sample, and this long in all.
 SAMPLE_SECONDS = 0.1
 CASE_SECONDS = 3.0
-# Graph samples start after this much replaying: GPU clocks settle under sustained work,
-# and short bursts after idle time would otherwise read fast and vary from run to run.
-STEADY_SECONDS = 0.25
+# A worker loads its GPU this long before its first timed case. Under a power cap the
+# clock a power-bound kernel gets falls for seconds as the chip warms: on the H200 a
+# bf16 GEMM ran at about 1,500 MHz in its first seconds after idle and at 1,470 MHz from
+# about 8 s on, so the first case timed on an idle GPU read 2-3% fast
+# (docs/measurements/h200-timing-fidelity.md).
+PREHEAT_SECONDS = 10.0
+# Graph samples start after this much replaying, so that each case's samples see the
+# clocks of sustained work: in the pause before a case the power drops and the clock
+# jumps for a moment (to about 1,590 MHz for that GEMM).
+STEADY_SECONDS = 1.0
 # Graph samples are spread over this long, with untimed replays between them: under
 # sustained load the clocks of a power-bound kernel swing over tens of milliseconds, and
 # samples taken back to back would all land in one swing.
@@ -176,6 +183,21 @@ def eager_cold(
             kept[i] = result
     _synchronize(device)
     return _summary("cuda-events, cold L2", samples, 1), kept
+
+
+def preheat(device: torch.device, seconds: float = PREHEAT_SECONDS) -> float:
+    """Run bf16 matrix products on ``device`` for about ``seconds``; returns the seconds
+    spent (0 off CUDA)."""
+    if device.type != "cuda" or seconds <= 0:
+        return 0.0
+    a = torch.randn(8192, 8192, device=device).bfloat16()
+    began = _perf_counter()
+    while _perf_counter() - began < seconds:
+        for _ in range(10):
+            torch.mm(a, a)
+        _synchronize(device)
+    del a
+    return _perf_counter() - began
 
 
 def _steady(replay: Callable[[], None], device: torch.device) -> float:
