@@ -4,6 +4,8 @@ A lane takes one workload at a time: its verifier prepares the pristine inputs a
 reference outputs, then each solution's worker (started on first use, replaced after
 a crash or a hang) runs the case. Each stage waits with a deadline and watches the
 processes, so a crash, a hang or a load failure costs that case's row, never the run.
+After a crash or a hang the verifier and the workers start again on fresh queues
+(``processes.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -19,13 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch.multiprocessing as mp
-
 from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
 from . import statuses, verifier, worker
+from .processes import Inbox, Process, context, failure, spawn, stop
 from .results import ResultWriter
-
-_context = mp.get_context("spawn")
 
 
 @dataclass
@@ -56,46 +54,19 @@ def _digest(model) -> str:
     ).hexdigest()
 
 
-def _death(process) -> str:
-    code = process.exitcode
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _log_tail(path: Path, lines: int = 6) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(line.strip() for line in text[-lines:] if line.strip())[:800]
-
-
-@dataclass
-class _Process:
-    process: Any
-    log: Path
-    commands: Any = None
-    loaded: dict | None = None
-
-
 @dataclass
 class Lane:
     device: str
     options: Options
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
-    results: Any = field(default=None, init=False)
+    inbox: Inbox = field(default_factory=Inbox, init=False)
     verify: Any = field(default=None, init=False)
-    verifier_process: _Process | None = field(default=None, init=False)
-    workers: dict[str, _Process] = field(default_factory=dict, init=False)
+    verifier_process: Process | None = field(default=None, init=False)
+    workers: dict[str, Process] = field(default_factory=dict, init=False)
     serial: int = field(default=0, init=False)
     prepared: Job | None = field(default=None, init=False)
     prepared_reply: dict = field(default_factory=dict, init=False)
-    early: list[dict] = field(default_factory=list, init=False)  # case messages not yet waited for
 
     # ------------------------------------------------------------------ processes
 
@@ -104,91 +75,49 @@ class Lane:
         return self.options.logs / f"{self.device.replace(':', '')}-{name}.log"
 
     def _start_verifier(self) -> None:
-        self.results, self.verify = _context.Queue(), _context.Queue()
-        log = self._log("verifier")
-        process = _context.Process(
-            target=verifier.main,
-            daemon=True,
-            args=(self.device, self.verify, self.results, str(self.options.cache), str(log)),
-        )
-        process.start()
-        self.verifier_process = _Process(process, log)
-        self._wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])  # the verifier is up
+        """A verifier with fresh queues (a killed process can leave a queue broken). Workers
+        still running hold the old queues, so they are stopped too."""
+        self._retire_workers(set())
+        self.inbox, self.verify = Inbox(), context.Queue()
+        args = (self.device, self.verify, self.inbox.results, str(self.options.cache))
+        self.verifier_process = spawn(verifier.main, args, self._log("verifier"))
+        self.inbox.wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
 
-    def _worker(self, job: Job, solution: Solution) -> _Process:
+    def _worker(self, job: Job, solution: Solution) -> Process:
         handle = self.workers.get(solution.name)
         if handle is not None and handle.process.is_alive():
             return handle
-        commands = _context.Queue()
-        log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
-        process = _context.Process(
-            target=worker.main,
-            daemon=True,
-            args=(
-                self.device,
-                commands,
-                self.verify,
-                self.results,
-                job.definition.model_dump_json(),
-                solution.model_dump_json(),
-                str(self.options.cache),
-                str(log),
-            ),
+        commands = context.Queue()
+        args = (
+            self.device,
+            commands,
+            self.verify,
+            self.inbox.results,
+            job.definition.model_dump_json(),
+            solution.model_dump_json(),
+            str(self.options.cache),
         )
-        process.start()
-        handle = _Process(process, log, commands)
-        reply = self._wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
+        log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
+        handle = spawn(worker.main, args, log, commands)
+        reply = self.inbox.wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
         handle.loaded = (
             reply
             if isinstance(reply, dict)
-            else {"ok": False, "error": self._failure(reply, handle)}
+            else {"ok": False, "error": failure(reply, self.options.timeout)}
         )
         self.workers[solution.name] = handle
         return handle
 
-    def _stop(self, handle: _Process | None) -> None:
-        if handle is not None and handle.process.is_alive():
-            handle.process.kill()
-        if handle is not None:
-            handle.process.join(timeout=10)
+    def _stop_verifier(self) -> None:
+        stop(self.verifier_process)
+        self.verifier_process = None
 
     def close(self) -> None:
         self._retire_workers(set())
         if self.verifier_process is not None:
             self.verify.put({"op": "exit"})
             self.verifier_process.process.join(timeout=10)
-            self._stop(self.verifier_process)
-
-    def _wait(self, wanted: Callable[[dict], bool], seconds: float, watch: list[_Process]):
-        """The first message ``wanted`` accepts, or ("timeout"|"dead", process)."""
-        for index, early in enumerate(self.early):
-            if wanted(early):
-                return self.early.pop(index)
-        deadline = time.monotonic() + seconds
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return ("timeout", watch[0])
-            try:
-                message = self.results.get(timeout=min(0.5, remaining))
-            except queue.Empty:
-                for handle in watch:
-                    if not handle.process.is_alive():
-                        return ("dead", handle)
-                continue
-            if wanted(message):
-                return message
-            if "case_id" in message:
-                # The verifier's answer can overtake the worker's message of the same stage:
-                # keep it for the wait that wants it.
-                self.early.append(message)
-
-    def _failure(self, outcome, handle: _Process) -> str:
-        kind, process = outcome
-        if kind == "timeout":
-            return f"no answer within {self.options.timeout:.0f} s"
-        tail = _log_tail(process.log)
-        return f"process {_death(process.process)}" + (f"; log: {tail}" if tail else "")
+            self._stop_verifier()
 
     # ------------------------------------------------------------------ work
 
@@ -209,13 +138,12 @@ class Lane:
                 "canary": not self.options.validation_only,
             }
         )
-        reply = self._wait(
+        reply = self.inbox.wait(
             lambda m: m["op"] == "prepared", self.options.reference_timeout, [self.verifier_process]
         )
         if not isinstance(reply, dict):
-            error = "verifier: " + self._failure(reply, self.verifier_process)
-            self._stop(self.verifier_process)
-            self.verifier_process = None
+            error = "verifier: " + failure(reply, self.options.reference_timeout)
+            self._stop_verifier()
             reply = {"ok": False, "status": statuses.REFERENCE_ERROR, "error": error}
         self.prepared, self.prepared_reply = job, reply
         return reply
@@ -227,7 +155,7 @@ class Lane:
             if handle.process.is_alive() and handle.commands is not None:
                 handle.commands.put({"op": "exit"})
                 handle.process.join(timeout=5)
-            self._stop(handle)
+            stop(handle)
 
     def run_job(self, job: Job) -> None:
         self._retire_workers({solution.name for solution in job.solutions})
@@ -266,7 +194,7 @@ class Lane:
             return
         self.serial += 1
         case = f"{self.device}#{self.serial}"
-        self.early.clear()  # what is left belongs to cases that have ended
+        self.inbox.early.clear()  # what is left belongs to cases that have ended
         timing = job.task.timing.model_dump()
         timing["cold_l2"] = self.options.cold_l2
         handle.commands.put(
@@ -312,8 +240,8 @@ class Lane:
             row.status = statuses.TIMING_SUSPECT
             row.error = "the host waited far longer than the timed stream: work outside the timer"
 
-    def _stage(self, case: str, op: str, watch, row: CaseRow, handle: _Process) -> dict | None:
-        outcome = self._wait(
+    def _stage(self, case: str, op: str, watch, row: CaseRow, handle: Process) -> dict | None:
+        outcome = self.inbox.wait(
             lambda m: m.get("case_id") == case and m["op"] == op, self.options.timeout, watch
         )
         if isinstance(outcome, dict):
@@ -321,17 +249,14 @@ class Lane:
         kind, process = outcome
         if process is self.verifier_process:
             row.status = statuses.REFERENCE_ERROR
-            row.error = "verifier: " + self._failure(outcome, process)
-            self._stop(self.verifier_process)
-            self._stop(handle)
-            self.verifier_process = None
+            row.error = "verifier: " + failure(outcome, self.options.timeout)
         else:
             row.status = statuses.TIMEOUT if kind == "timeout" else statuses.CRASHED
-            row.error = self._failure(outcome, process)
-            self._stop(handle)
-            # The verifier may hold tensors of the dead worker; give it a fresh start.
-            self._stop(self.verifier_process)
-            self.verifier_process = None
+            row.error = failure(outcome, self.options.timeout)
+        stop(handle)
+        # The verifier may hold tensors of the dead worker, and the queues may be broken:
+        # the next case starts a fresh verifier (and workers) on fresh queues.
+        self._stop_verifier()
         return None
 
 
