@@ -1,5 +1,6 @@
 """A run killed with SIGKILL and resumed ends with each case exactly once; a run stopped
-with SIGTERM takes its worker processes with it."""
+with SIGTERM takes its worker processes with it; a crash on one workload costs only the
+crashing solution's rows."""
 
 import json
 import os
@@ -60,12 +61,13 @@ def command(report: Path, candidate: Path, cache: Path, *extra: str) -> list[str
     ]
 
 
-def slow_candidate(tmp_path: Path) -> Path:
-    candidate = tmp_path / "slow.json"
+def write_candidate(tmp_path: Path, name: str, main: str) -> Path:
+    """A solution JSON of ``main`` as main.py, with the exploits' honest.py beside it."""
+    candidate = tmp_path / f"{name}.json"
     candidate.write_text(
         json.dumps(
             {
-                "name": "slow",
+                "name": name,
                 "definition": DEFINITION,
                 "author": "tests",
                 "spec": {
@@ -75,13 +77,17 @@ def slow_candidate(tmp_path: Path) -> Path:
                     "destination_passing_style": False,
                 },
                 "sources": [
-                    {"path": "main.py", "content": SLOW_MAIN},
+                    {"path": "main.py", "content": main},
                     {"path": "honest.py", "content": (SOLUTIONS / "honest.py").read_text()},
                 ],
             }
         )
     )
     return candidate
+
+
+def slow_candidate(tmp_path: Path) -> Path:
+    return write_candidate(tmp_path, "slow", SLOW_MAIN)
 
 
 def test_killed_run_resumes_with_every_case_once(tmp_path):
@@ -162,3 +168,27 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
     assert process.wait(timeout=60) == 143
     time.sleep(1)
     assert [pid for pid in children if _running(pid)] == []
+
+
+def test_a_crash_on_one_workload_costs_only_its_own_rows(tmp_path):
+    """A crash restarts the verifier on fresh queues; the other solution's worker, kept
+    from the first workload, must not answer on the old ones (it did, and timed out)."""
+    task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
+    first, second = task["dev"][:2]
+    crash = write_candidate(tmp_path, "crash", (SOLUTIONS / "crash.py").read_text())
+    report = tmp_path / "results.jsonl"
+    finished = subprocess.run(
+        [sys.executable, "-m", "inference_kernels.cli", "run", "-d", DEFINITION,
+         "--candidate", str(crash), "--workload", first, "--workload", second,
+         "--validation-only", "--timeout", "30", "--report", str(report),
+         "--cache", str(tmp_path / "cache")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    outcome = {(r["solution"], r["uuid"]): r["status"] for r in case_rows(report)}
+    baseline = f"torch_{DEFINITION}"
+    assert outcome == {
+        (baseline, first): "passed",
+        ("crash", first): "crashed",
+        (baseline, second): "passed",
+        ("crash", second): "crashed",
+    }, finished.stdout[-2000:]
