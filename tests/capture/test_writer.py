@@ -120,7 +120,10 @@ def test_a_capture_killed_midway_leaves_no_half_written_record(tmp_path):
     assert len(workload_file.read_text().splitlines()) == 3  # the orphan line is on disk
     with (root / "captures.jsonl").open("a") as stream:
         stream.write('{"uuid": "torn')  # and a torn receipt, as a crash mid-write leaves
+    cut = root / f"blob/workloads/{GEMM}/tmpcut.partial"  # and a file killed mid-write
+    cut.write_bytes(b"half a blob")
     CaptureWriter(root, {"model": "test/tiny"})  # opening the directory recovers it
+    assert not cut.exists()
     assert len(workload_file.read_text().splitlines()) == 2
     assert len((root / "captures.jsonl").read_text().splitlines()) == 2
     report = check_dataset(load_dataset(root))

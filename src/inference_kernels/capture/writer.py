@@ -117,7 +117,10 @@ class CaptureWriter:
     # ------------------------------------------------------------------ recovery
 
     def _recover(self) -> None:
-        """Drop what an interrupted capture left: torn lines, workloads without receipts."""
+        """Drop what an interrupted capture left: torn lines, workloads without receipts,
+        files cut off mid-write (``*.partial``: a kill skips their cleanup)."""
+        for partial in self.root.glob("**/*.partial"):
+            partial.unlink()
         receipts_path = self.root / "captures.jsonl"
         receipts = _whole_lines(receipts_path, lambda record: record["uuid"])
         if receipts_path.exists() and len(receipts) != len(receipts_path.read_text().splitlines()):
