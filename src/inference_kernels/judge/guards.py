@@ -17,6 +17,7 @@ _untyped_storage = torch.Tensor.untyped_storage
 _float = torch.Tensor.float
 _copy = torch.Tensor.copy_
 _TENSOR = torch.Tensor
+_STRIDED = torch.strided
 
 # Mantissa bits per floating dtype: a relative change of 2^-bits moves a value by ~1 ulp.
 _MANTISSA = {
@@ -31,8 +32,9 @@ _CHUNK = 1 << 26  # elements perturbed at a time
 
 
 def is_plain_tensor(value: Any) -> bool:
-    """Exactly a torch.Tensor: subclasses (lazy or wrapper tensors) are refused."""
-    return type(value) is _TENSOR
+    """Exactly a dense torch.Tensor: subclasses (lazy or wrapper tensors) and sparse or
+    other non-strided layouts are refused."""
+    return type(value) is _TENSOR and value.layout == _STRIDED
 
 
 def perturb(value: Any, copy_index: int) -> Any:

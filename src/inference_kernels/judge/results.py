@@ -19,24 +19,23 @@ from ..schema import CaseRow, EnvironmentRow
 
 
 def completed_cases(path: Path) -> set[tuple[str, str, str | None]]:
-    """(definition, solution, uuid) of every case row already in ``path``; trims a torn line."""
+    """(definition, solution, uuid) of every case row already in ``path``. A row counts
+    only when whole and ended by its newline; from the first that is not (a row torn by a
+    kill) the file is cut, so the resumed run appends on a fresh line."""
     if not path.exists():
         return set()
     text = path.read_text()
-    lines = text.split("\n")
     done = set()
     good = 0
-    for line in lines:
-        if not line.strip():
-            good += len(line) + 1
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break  # a torn final row from a killed run: drop it
+    for line in text.split("\n")[:-1]:  # the part after the last newline is unfinished
+        if line.strip():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if row.get("type") == "case":
+                done.add((row["definition"], row["solution"], row.get("uuid")))
         good += len(line) + 1
-        if row.get("type") == "case":
-            done.add((row["definition"], row["solution"], row.get("uuid")))
     if good < len(text):
         with path.open("r+") as stream:
             stream.truncate(good)

@@ -85,8 +85,8 @@ class Lane:
 
     def _worker(self, job: Job, solution: Solution) -> Process:
         handle = self.workers.get(solution.name)
-        if handle is not None and handle.process.is_alive():
-            return handle
+        if handle is not None and (handle.process.is_alive() or not handle.loaded.get("ok")):
+            return handle  # running, or failed to load: a failed load is not retried per case
         commands = context.Queue()
         args = (
             self.device,
@@ -99,12 +99,15 @@ class Lane:
         )
         log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
         handle = spawn(worker.main, args, log, commands)
-        reply = self.inbox.wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
-        handle.loaded = (
-            reply
-            if isinstance(reply, dict)
-            else {"ok": False, "error": failure(reply, self.options.timeout)}
+        pid = handle.process.pid
+        reply = self.inbox.wait(
+            lambda m: m["op"] == "loaded" and m.get("pid") == pid, self.options.timeout, [handle]
         )
+        if isinstance(reply, dict):
+            handle.loaded = reply
+        else:  # a load that hangs is stopped, so its late answer cannot be taken for another's
+            handle.loaded = {"ok": False, "error": failure(reply, self.options.timeout)}
+            stop(handle)
         self.workers[solution.name] = handle
         return handle
 
@@ -122,8 +125,11 @@ class Lane:
     # ------------------------------------------------------------------ work
 
     def _prepare(self, job: Job) -> dict:
-        """Pristine inputs and reference outputs of ``job`` in a live verifier."""
-        if self.verifier_process is not None and self.prepared is job:
+        """Pristine inputs and reference outputs of ``job`` in a live verifier. A reference
+        that failed is not tried again for the job's other solutions."""
+        if self.prepared is job and (
+            self.verifier_process is not None or not self.prepared_reply.get("ok")
+        ):
             return self.prepared_reply
         if self.verifier_process is None or not self.verifier_process.process.is_alive():
             self._start_verifier()
@@ -217,7 +223,7 @@ class Lane:
         verdict = self._stage(case, "verified", watch, row, handle)
         if verdict is None:
             return
-        row.outputs = {"call": verdict["outputs"].get("call", {})}
+        row.outputs = {"call": verdict.get("outputs", {}).get("call", {})}
         if verdict["status"] != statuses.PASSED or self.options.validation_only:
             row.status, row.error = verdict["status"], verdict.get("error")
             handle.commands.put({"op": "skip"})
@@ -231,11 +237,12 @@ class Lane:
         if verdict is None:
             return
         handle.commands.put({"op": "done"})
-        row.outputs.update({k: v for k, v in verdict["outputs"].items() if k != "call"})
+        row.outputs.update({k: v for k, v in verdict.get("outputs", {}).items() if k != "call"})
         if verdict["status"] != statuses.PASSED:
             row.status, row.error = verdict["status"], verdict.get("error")
         elif timed.get("error"):
-            row.status, row.error = statuses.TIMING_ERROR, timed["error"]
+            row.status = timed.get("status", statuses.TIMING_ERROR)
+            row.error = timed["error"]
         elif any(isinstance(t, dict) and t.get("suspect") for t in row.timing.values()):
             row.status = statuses.TIMING_SUSPECT
             row.error = "the host waited far longer than the timed stream: work outside the timer"
@@ -267,20 +274,24 @@ def run_jobs(
     writer: ResultWriter,
     on_row: Callable[[CaseRow], None] = lambda row: None,
 ) -> None:
-    """Judge every job, one lane per device."""
+    """Judge every job, one lane per device. An error in a lane (writing a row, say) stops
+    all lanes taking new jobs and is raised here once they have closed."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
     lanes = [Lane(device, options, writer, on_row) for device in devices]
+    errors: list[BaseException] = []
 
     def drain(lane: Lane) -> None:
         try:
-            while True:
+            while not errors:
                 try:
                     job = pending.get_nowait()
                 except queue.Empty:
                     return
                 lane.run_job(job)
+        except BaseException as error:
+            errors.append(error)
         finally:
             lane.close()
 
@@ -289,3 +300,5 @@ def run_jobs(
         thread.start()
     for thread in threads:
         thread.join()
+    if errors:
+        raise errors[0]

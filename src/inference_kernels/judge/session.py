@@ -69,16 +69,14 @@ def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list
             failed.append(_failed_row(request, f"candidate:{path.name}", str(error)))
             continue
         if candidate.definition != request.definitions[0]:
-            failed.append(
-                _failed_row(
-                    request,
-                    candidate.name,
-                    (
-                        f"solution {candidate.name!r} is for {candidate.definition!r}, "
-                        f"not {request.definitions[0]!r}"
-                    ),
-                )
+            error = (
+                f"solution {candidate.name!r} is for {candidate.definition!r}, "
+                f"not {request.definitions[0]!r}"
             )
+            failed.append(_failed_row(request, candidate.name, error))
+        elif any(s.name == candidate.name for s in chosen):  # rows are keyed by name
+            error = f"{path}: another selected solution is named {candidate.name!r}; rename it"
+            failed.append(_failed_row(request, candidate.name, error))
         else:
             chosen.append(candidate)
     known = {s.name for s in dataset.solutions.values()}

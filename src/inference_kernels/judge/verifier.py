@@ -197,6 +197,8 @@ def main(device: str, queue, results, cache: str, log: str) -> None:
                 "ok": False,
                 "status": statuses.REFERENCE_ERROR,
                 "error": f"verifier: {type(error).__name__}: {error}",
+                "outputs": {},
+                "stage": message.get("stage"),
             }
             traceback.print_exc()
         results.put(

@@ -10,6 +10,7 @@ what happened here; the verdict on correctness is the verifier's.
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from pathlib import Path
@@ -152,9 +153,12 @@ class Worker:
             self._synchronize()
             self.call_seconds = time.perf_counter() - began
             timing, timed = self._time(message["timing"], workload, inputs, canary, made.nbytes())
-            failure = None
+            failure = self._timing_failure(timing, timed)
         except Exception as error:
-            timing, timed, failure = {}, {}, _one_line(error)
+            timing, timed = {}, {}
+            failure = {"status": statuses.TIMING_ERROR, "error": _one_line(error)}
+        if failure:
+            timed = {}  # what is not verified is not sent: it may not even pickle
         self.verify.put(
             {
                 "op": "verify",
@@ -164,8 +168,32 @@ class Worker:
                 "inputs": {"after timing": inputs},
             }
         )
-        self.results.put({"op": "timed", "case_id": case, "timing": timing, "error": failure})
+        self.results.put({"op": "timed", "case_id": case, "timing": timing, **(failure or {})})
         self.commands.get()  # "done": the verifier has read the tensors; let them go
+
+    def _timing_failure(self, timing: dict, timed: dict) -> dict | None:
+        """Eager and prepared calls must not raise while timed, and every timed method must
+        leave outputs to verify (its last call's and its canary call's): a launch that
+        returns nothing would otherwise be timed and never checked. A graph that cannot be
+        captured only loses its graph time."""
+        for method in ("eager", "prepared"):
+            if "error" in timing.get(method, {}):
+                return {
+                    "status": statuses.TIMING_ERROR,
+                    "error": f"{method}: {timing[method]['error']}",
+                }
+        for method in [m for m in ("eager", "prepared", "graph") if m in timing]:
+            if method == "graph" and "error" in timing[method]:
+                continue
+            for key in (method, f"{method} canary"):
+                outputs = timed.get(key)
+                if outputs is None or not all(is_plain_tensor(v) for v in outputs):
+                    return {
+                        "status": statuses.TIMED_OUTPUT_MISMATCH,
+                        "error": f"{key} call returned no outputs of plain tensors "
+                        f"({self.output_names})",
+                    }
+        return None
 
     def _output_problem(self, outputs, inputs) -> dict | None:
         if outputs is None:
@@ -270,14 +298,15 @@ def main(
 ) -> None:
     redirect_output(Path(log))
     worker = Worker(device, commands, verify, results, definition, solution, Path(cache))
+    loaded = {"op": "loaded", "pid": os.getpid()}  # whose load: a late one is not taken
     try:
         worker.loaded = load_solution(worker.solution, worker.definition, worker.cache)
-        results.put({"op": "loaded", "ok": True})
+        results.put({**loaded, "ok": True})
     except SolutionLoadError as error:
-        results.put({"op": "loaded", "ok": False, "error": str(error)})
+        results.put({**loaded, "ok": False, "error": str(error)})
         return
     except Exception as error:
-        results.put({"op": "loaded", "ok": False, "error": _one_line(error)})
+        results.put({**loaded, "ok": False, "error": _one_line(error)})
         return
     while True:
         message = commands.get()

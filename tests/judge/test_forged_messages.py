@@ -1,0 +1,133 @@
+"""Messages a solution could forge from its worker process.
+
+The verifier unpickles what a worker sends; timed outputs that are not plain tensors
+(an object whose ``__reduce__`` runs code, a class only the worker can import) are now
+refused in the worker and never sent. Still OPEN: verifier and workers answer on one
+results queue, and the scheduler takes any message with the right op and case_id, so
+solution code that reaches the worker's own queues (by walking stack frames) can post a
+verdict, or put anything on the verify queue itself. The fix is private, write-only
+channels per worker and restricted unpickling in the verifier (next session, with the GPU
+to check the CUDA tensor path)."""
+
+from pathlib import Path
+
+import pytest
+from test_run_recovery import DEFINITION, write_candidate
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.session import Request, judge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+ZEROS = """import torch
+
+from .honest import decode
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    return torch.zeros_like(out), torch.zeros_like(new_state)
+"""
+
+FORGE = """import sys
+
+import torch
+
+from .honest import decode
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    frame = sys._getframe(1)
+    while frame.f_code.co_name != "run_case":
+        frame = frame.f_back
+    worker, case = frame.f_locals["self"], frame.f_locals["case"]
+    worker.results.put(
+        {"op": "verified", "case_id": case, "status": "passed", "error": None, "outputs": {}}
+    )
+    out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    return torch.zeros_like(out), torch.zeros_like(new_state)
+"""
+
+PATCH_VERIFIER = """from .honest import decode
+
+PATCH = (
+    "import inference_kernels.judge.verifier as v, inference_kernels.acceptance as a\\n"
+    "v.compare = lambda actual, expected, tolerance: a.OutputVerdict('passed')\\n"
+)
+
+
+class Payload:
+    def __reduce__(self):
+        return (exec, (PATCH, {}))
+
+
+_calls = [0]
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    _calls[0] += 1
+    if _calls[0] == 1:  # the checked call is honest
+        return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    return Payload(), Payload()  # timed calls: unpickled by the verifier
+"""
+
+
+def _judge(tmp_path, candidates, validation_only):
+    request = Request(
+        definitions=[DEFINITION],
+        solutions=["none"],
+        candidates=candidates,
+        report=tmp_path / "results.jsonl",
+        validation_only=validation_only,
+        timeout=30,
+        cache=tmp_path / "cache",
+    )
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    return {r["solution"]: r["status"] for r in rows if r.get("uuid")}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a solution that reaches its worker's queues can post a verdict",
+)
+def test_a_solution_cannot_post_its_own_verdict(tmp_path):
+    forge = write_candidate(tmp_path, "forge", FORGE)
+    # Its outputs are zeros (trivial_output); it passed with the verdict it posted.
+    assert _judge(tmp_path, [forge], validation_only=True) == {"forge": "trivial_output"}
+
+
+def test_a_timed_output_cannot_run_code_in_the_verifier(tmp_path):
+    patch = write_candidate(tmp_path, "patch_verifier", PATCH_VERIFIER)
+    zeros = write_candidate(tmp_path, "zeros", ZEROS)
+    outcome = _judge(tmp_path, [patch, zeros], validation_only=False)
+    # zeros, judged after patch_verifier by the same verifier, passed; so did patch_verifier,
+    # whose timed calls returned no tensors at all.
+    assert outcome["zeros"] == "trivial_output", outcome
+    assert outcome["patch_verifier"] != "passed", outcome
+
+
+FOREIGN_TIMED_OUTPUT = """from .honest import decode
+
+
+class Lazy:
+    pass
+
+
+_calls = [0]
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    _calls[0] += 1
+    if _calls[0] == 1:  # the checked call is honest
+        return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    return Lazy(), Lazy()  # timed calls: objects of a class only the worker can import
+"""
+
+
+def test_a_timed_output_the_verifier_cannot_unpickle_is_blamed_on_the_solution(tmp_path):
+    """The verifier's ``queue.get()`` (outside its try) raises ModuleNotFoundError for
+    ``_ik_solution_*.main.Lazy``; the verifier dies and the case reads reference_error
+    ("the reference could not produce the expected outputs") instead of a solution failure."""
+    foreign = write_candidate(tmp_path, "foreign", FOREIGN_TIMED_OUTPUT)
+    outcome = _judge(tmp_path, [foreign], validation_only=False)
+    assert outcome["foreign"] not in ("passed", "reference_error"), outcome

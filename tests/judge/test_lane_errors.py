@@ -1,0 +1,79 @@
+"""An exception while a lane handles a row (``on_row``, the writer, or the scheduler) used
+to end that lane's thread silently: ``judge`` returned as if complete, with rows missing.
+It now stops the run and reaches the caller. A verifier error reply (no "outputs") used
+to raise in the scheduler; it now costs only its case."""
+
+from pathlib import Path
+
+from test_run_recovery import DEFINITION, SOLUTIONS, write_candidate
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.session import Request, judge
+
+ROOT = Path(__file__).resolve().parents[2]
+HONEST = (SOLUTIONS / "honest_main.py").read_text()
+
+
+def test_a_failing_row_callback_does_not_silently_drop_the_remaining_cases(tmp_path):
+    first = write_candidate(tmp_path, "first", HONEST)
+    second = write_candidate(tmp_path, "second", HONEST)
+    request = Request(
+        definitions=[DEFINITION],
+        solutions=["none"],
+        candidates=[first, second],
+        report=tmp_path / "results.jsonl",
+        validation_only=True,
+        timeout=30,
+        cache=tmp_path / "cache",
+    )
+    seen = []
+
+    def on_row(row):
+        seen.append(row.solution)
+        if row.uuid and len(seen) == 2:  # the first case row: e.g. a closed stderr pipe
+            raise BrokenPipeError("stderr is gone")
+
+    raised = None
+    try:
+        rows = judge(load_dataset(ROOT / "dataset"), request, on_row)
+    except BrokenPipeError as error:
+        raised = error
+        rows = None
+    cases = [r for r in rows or [] if r.get("uuid")]
+    # Either the failure reaches the caller, or every case still gets its row.
+    assert raised is not None or [r["solution"] for r in cases] == ["first", "second"], cases
+
+
+SPARSE_WHEN_TIMED = """from .honest import decode
+
+_calls = [0]
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    _calls[0] += 1
+    out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+    if _calls[0] == 1:  # the checked call returns dense tensors
+        return out, new_state
+    return out.to_sparse(), new_state.to_sparse()  # timed calls: sparse COO tensors
+"""
+
+
+def test_a_verifier_error_on_timed_outputs_costs_only_that_case(tmp_path):
+    """Verifier.verify raises on a sparse timed output (compare has no sparse kernels); its
+    error reply has no "outputs", Lane._judge raises KeyError('outputs'), and the lane
+    thread dies: that case and every later case of the run get no row."""
+    sparse = write_candidate(tmp_path, "sparse_when_timed", SPARSE_WHEN_TIMED)
+    honest = write_candidate(tmp_path, "honest", HONEST)
+    request = Request(
+        definitions=[DEFINITION],
+        solutions=["none"],
+        candidates=[sparse, honest],
+        report=tmp_path / "results.jsonl",
+        timeout=30,
+        cache=tmp_path / "cache",
+    )
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    outcome = {r["solution"]: r["status"] for r in rows if r.get("uuid")}
+    assert set(outcome) == {"sparse_when_timed", "honest"}, outcome
+    assert outcome["honest"] == "passed"
+    assert outcome["sparse_when_timed"] != "passed"
