@@ -1,17 +1,14 @@
-"""Messages a solution could forge from its worker process.
+"""Messages a solution forges from its worker process cannot decide a verdict.
 
-The verifier unpickles what a worker sends; timed outputs that are not plain tensors
-(an object whose ``__reduce__`` runs code, a class only the worker can import) are now
-refused in the worker and never sent. Still OPEN: verifier and workers answer on one
-results queue, and the scheduler takes any message with the right op and case_id, so
-solution code that reaches the worker's own queues (by walking stack frames) can post a
-verdict, or put anything on the verify queue itself. The fix is private, write-only
-channels per worker and restricted unpickling in the verifier (next session, with the GPU
-to check the CUDA tensor path)."""
+Solution code runs in its worker and can reach the worker's queues (by walking stack
+frames). Each worker has its own queues, the scheduler takes verdicts only from the
+verifier's, and the verifier takes requests only from the scheduler: a verdict posted by
+the worker is never read. What a worker sends the verifier is unpickled with only the
+globals of tensors, so an object whose ``__reduce__`` runs code is refused, not run; and
+timed outputs that are not plain tensors are refused in the worker before sending."""
 
 from pathlib import Path
 
-import pytest
 from test_run_recovery import DEFINITION, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
@@ -86,10 +83,6 @@ def _judge(tmp_path, candidates, validation_only):
     return {r["solution"]: r["status"] for r in rows if r.get("uuid")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a solution that reaches its worker's queues can post a verdict",
-)
 def test_a_solution_cannot_post_its_own_verdict(tmp_path):
     forge = write_candidate(tmp_path, "forge", FORGE)
     # Its outputs are zeros (trivial_output); it passed with the verdict it posted.
@@ -131,3 +124,38 @@ def test_a_timed_output_the_verifier_cannot_unpickle_is_blamed_on_the_solution(t
     foreign = write_candidate(tmp_path, "foreign", FOREIGN_TIMED_OUTPUT)
     outcome = _judge(tmp_path, [foreign], validation_only=False)
     assert outcome["foreign"] not in ("passed", "reference_error"), outcome
+
+
+PAYLOAD_SENT_DIRECTLY = """import sys
+
+from .honest import decode
+
+PATCH = (
+    "import inference_kernels.judge.verifier as v, inference_kernels.acceptance as a\\n"
+    "v.compare = lambda actual, expected, tolerance: a.OutputVerdict('passed')\\n"
+)
+
+
+class Payload:
+    def __reduce__(self):
+        return (exec, (PATCH, {}))
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    frame = sys._getframe(1)
+    while frame.f_code.co_name != "run_case":
+        frame = frame.f_back
+    worker, case = frame.f_locals["self"], frame.f_locals["case"]
+    worker.verify.put({"op": "verify", "case_id": case, "stage": "check",
+                       "outputs": [Payload(), Payload()], "inputs": {}})
+    return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
+"""
+
+
+def test_a_payload_put_on_the_verify_queue_is_refused_not_run(tmp_path):
+    sent = write_candidate(tmp_path, "payload_sent_directly", PAYLOAD_SENT_DIRECTLY)
+    zeros = write_candidate(tmp_path, "zeros", ZEROS)
+    outcome = _judge(tmp_path, [sent, zeros], validation_only=True)
+    # The verifier refused the payload (the forged message came first), and it still
+    # compares: zeros, judged after by the same verifier, is caught.
+    assert outcome == {"payload_sent_directly": "type_mismatch", "zeros": "trivial_output"}

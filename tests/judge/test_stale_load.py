@@ -1,5 +1,5 @@
 """A worker that timed out while loading used to answer "loaded" later, and the next
-solution's load wait took that answer as its own. Loads are now matched by process id,
+solution's load wait took that answer as its own. Each worker now answers on its own queue,
 and a load that times out is stopped."""
 
 import json

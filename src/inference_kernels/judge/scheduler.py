@@ -22,7 +22,17 @@ from typing import Any
 
 from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
 from . import statuses, verifier, worker
-from .processes import Inbox, Process, context, failure, spawn, stop
+from .processes import (
+    GuardedQueue,
+    Inbox,
+    Process,
+    context,
+    failure,
+    no_globals,
+    spawn,
+    stop,
+    tensor_globals,
+)
 from .results import ResultWriter
 
 
@@ -60,8 +70,10 @@ class Lane:
     options: Options
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
-    inbox: Inbox = field(default_factory=Inbox, init=False)
-    verify: Any = field(default=None, init=False)
+    solution_names: list[str] = field(default_factory=list)  # every solution this lane may run
+    verdicts: Inbox = field(default_factory=Inbox, init=False)  # from the verifier
+    control: Any = field(default=None, init=False)  # to the verifier
+    data: dict[str, GuardedQueue] = field(default_factory=dict, init=False)  # worker -> verifier
     verifier_process: Process | None = field(default=None, init=False)
     workers: dict[str, Process] = field(default_factory=dict, init=False)
     serial: int = field(default=0, init=False)
@@ -75,37 +87,44 @@ class Lane:
         return self.options.logs / f"{self.device.replace(':', '')}-{name}.log"
 
     def _start_verifier(self) -> None:
-        """A verifier with fresh queues (a killed process can leave a queue broken). Workers
-        still running hold the old queues, so they are stopped too."""
+        """A verifier with fresh queues (a killed process can leave a queue broken): one
+        from the scheduler, one to it, and one from each solution's worker. Workers still
+        running hold the old queues, so they are stopped too."""
         self._retire_workers(set())
-        self.inbox, self.verify = Inbox(), context.Queue()
-        args = (self.device, self.verify, self.inbox.results, str(self.options.cache))
+        self.verdicts, self.control = Inbox(), context.Queue()
+        self.data = {name: GuardedQueue(tensor_globals) for name in self.solution_names}
+        args = (
+            self.device,
+            self.control,
+            self.data,
+            self.verdicts.results,
+            str(self.options.cache),
+        )
         self.verifier_process = spawn(verifier.main, args, self._log("verifier"))
-        self.inbox.wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
+        self.verdicts.wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
 
     def _worker(self, job: Job, solution: Solution) -> Process:
         handle = self.workers.get(solution.name)
         if handle is not None and (handle.process.is_alive() or not handle.loaded.get("ok")):
             return handle  # running, or failed to load: a failed load is not retried per case
+        inbox = Inbox(results=GuardedQueue(no_globals))
         commands = context.Queue()
         args = (
             self.device,
             commands,
-            self.verify,
-            self.inbox.results,
+            self.data[solution.name],
+            inbox.results,
             job.definition.model_dump_json(),
             solution.model_dump_json(),
             str(self.options.cache),
         )
         log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
         handle = spawn(worker.main, args, log, commands)
-        pid = handle.process.pid
-        reply = self.inbox.wait(
-            lambda m: m["op"] == "loaded" and m.get("pid") == pid, self.options.timeout, [handle]
-        )
+        handle.inbox = inbox
+        reply = inbox.wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
         if isinstance(reply, dict):
             handle.loaded = reply
-        else:  # a load that hangs is stopped, so its late answer cannot be taken for another's
+        else:  # a load that hangs is stopped, so that it holds nothing while others run
             handle.loaded = {"ok": False, "error": failure(reply, self.options.timeout)}
             stop(handle)
         self.workers[solution.name] = handle
@@ -118,7 +137,7 @@ class Lane:
     def close(self) -> None:
         self._retire_workers(set())
         if self.verifier_process is not None:
-            self.verify.put({"op": "exit"})
+            self.control.put({"op": "exit"})
             self.verifier_process.process.join(timeout=10)
             self._stop_verifier()
 
@@ -133,7 +152,7 @@ class Lane:
             return self.prepared_reply
         if self.verifier_process is None or not self.verifier_process.process.is_alive():
             self._start_verifier()
-        self.verify.put(
+        self.control.put(
             {
                 "op": "prepare",
                 "definition": job.definition.model_dump_json(),
@@ -144,7 +163,7 @@ class Lane:
                 "canary": not self.options.validation_only,
             }
         )
-        reply = self.inbox.wait(
+        reply = self.verdicts.wait(
             lambda m: m["op"] == "prepared", self.options.reference_timeout, [self.verifier_process]
         )
         if not isinstance(reply, dict):
@@ -200,7 +219,8 @@ class Lane:
             return
         self.serial += 1
         case = f"{self.device}#{self.serial}"
-        self.inbox.early.clear()  # what is left belongs to cases that have ended
+        handle.inbox.early.clear()  # what is left belongs to cases that have ended
+        self.verdicts.early.clear()
         timing = job.task.timing.model_dump()
         timing["cold_l2"] = self.options.cold_l2
         handle.commands.put(
@@ -220,7 +240,7 @@ class Lane:
         if checked["status"] != "sent":
             row.status, row.error = checked["status"], checked.get("error")
             return
-        verdict = self._stage(case, "verified", watch, row, handle)
+        verdict = self._verdict(case, "check", solution, watch, row, handle)
         if verdict is None:
             return
         row.outputs = {"call": verdict.get("outputs", {}).get("call", {})}
@@ -233,7 +253,7 @@ class Lane:
         if timed is None:
             return
         row.timing = timed["timing"]
-        verdict = self._stage(case, "verified", watch, row, handle)
+        verdict = self._verdict(case, "timed", solution, watch, row, handle)
         if verdict is None:
             return
         handle.commands.put({"op": "done"})
@@ -247,8 +267,18 @@ class Lane:
             row.status = statuses.TIMING_SUSPECT
             row.error = "the host waited far longer than the timed stream: work outside the timer"
 
-    def _stage(self, case: str, op: str, watch, row: CaseRow, handle: Process) -> dict | None:
-        outcome = self.inbox.wait(
+    def _verdict(self, case: str, stage: str, solution: Solution, watch, row, handle):
+        """Ask the verifier to check what the worker sent for ``stage``; its verdict."""
+        self.control.put(
+            {"op": "verify", "case_id": case, "stage": stage, "solution": solution.name}
+        )
+        return self._stage(case, "verified", watch, row, handle, self.verdicts)
+
+    def _stage(
+        self, case: str, op: str, watch, row: CaseRow, handle: Process, inbox: Inbox | None = None
+    ) -> dict | None:
+        """The message ``op`` of ``case``: from the worker, or from ``inbox`` (verdicts)."""
+        outcome = (inbox or handle.inbox).wait(
             lambda m: m.get("case_id") == case and m["op"] == op, self.options.timeout, watch
         )
         if isinstance(outcome, dict):
@@ -258,7 +288,8 @@ class Lane:
             row.status = statuses.REFERENCE_ERROR
             row.error = "verifier: " + failure(outcome, self.options.timeout)
         else:
-            row.status = statuses.TIMEOUT if kind == "timeout" else statuses.CRASHED
+            statuses_of = {"timeout": statuses.TIMEOUT, "refused": statuses.RUNTIME_ERROR}
+            row.status = statuses_of.get(kind, statuses.CRASHED)
             row.error = failure(outcome, self.options.timeout)
         stop(handle)
         # The verifier may hold tensors of the dead worker, and the queues may be broken:
@@ -279,7 +310,8 @@ def run_jobs(
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
-    lanes = [Lane(device, options, writer, on_row) for device in devices]
+    names = sorted({solution.name for job in jobs for solution in job.solutions})
+    lanes = [Lane(device, options, writer, on_row, names) for device in devices]
     errors: list[BaseException] = []
 
     def drain(lane: Lane) -> None:

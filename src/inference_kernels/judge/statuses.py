@@ -11,6 +11,7 @@ TIMEOUT = "timeout"
 # Output checks (acceptance.compare adds shape/dtype/device/type mismatch, nonfinite, mismatch,
 # trivial_output and reference_nonfinite).
 WRONG_OUTPUT_COUNT = "wrong_output_count"
+TYPE_MISMATCH = "type_mismatch"
 OUTPUT_ALIASES_INPUT = "output_aliases_input"
 INPUT_MUTATED = "input_mutated"
 # Timed calls must return what the checked call returned.

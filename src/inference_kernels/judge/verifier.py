@@ -1,10 +1,11 @@
 """The verifier: one trusted process per device that never imports solution code.
 
 For each workload it materializes the pristine inputs and gets the reference outputs
-(from the on-disk cache, or by running the reference). Solution workers hand it the
-outputs they produced and the inputs they passed (shared memory, no copies); it
-compares outputs under the task's tolerance with the shared acceptance policy, and
-inputs byte for byte, and reports verdicts to the scheduler.
+(from the on-disk cache, or by running the reference). When the scheduler asks, it takes
+the outputs a solution's worker produced and the inputs it passed (shared memory, no
+copies) from that worker's own queue, compares outputs under the task's tolerance with
+the shared acceptance policy and inputs byte for byte, and reports verdicts to the
+scheduler.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import time
 import traceback
 from pathlib import Path
@@ -177,34 +179,60 @@ class Verifier:
         return {"status": status, "error": error, "outputs": metrics}
 
 
-def main(device: str, queue, results, cache: str, log: str) -> None:
+def _worker_outputs(data, request: dict) -> dict:
+    """The message the worker sent for ``request``'s case and stage (earlier ones, of cases
+    that ended before their stage, are passed over). Raises pickle.UnpicklingError for a
+    message that needs more than tensors."""
+    while True:
+        message = data.get()
+        if (
+            message.get("case_id") == request["case_id"]
+            and message.get("stage") == request["stage"]
+        ):
+            return message
+
+
+def main(device: str, control, data: dict, results, cache: str, log: str) -> None:
+    """Serve the scheduler's requests (``control``: prepare, verify, exit). For "verify",
+    the outputs come from the solution's own queue in ``data``; the worker cannot reach
+    ``control`` or ``results``, so it can neither ask for anything nor post a verdict."""
     redirect_output(Path(log))
     verifier = Verifier(device, results, Path(cache))
     results.put({"op": "hello"})
     while True:
-        message = queue.get()
-        op = message["op"]
+        request = control.get()
+        op = request["op"]
         if op == "exit":
             return
+        message = request
         try:
             if op == "prepare":
-                reply = verifier.prepare(message)
+                reply = verifier.prepare(request)
             else:
-                reply = verifier.verify(message)
-                reply["stage"] = message["stage"]
+                try:
+                    message = _worker_outputs(data[request["solution"]], request)
+                except pickle.UnpicklingError as error:
+                    reply = {
+                        "status": statuses.TYPE_MISMATCH,
+                        "error": f"the worker sent objects that are not tensors ({error})",
+                        "outputs": {},
+                    }
+                else:
+                    reply = verifier.verify(message)
+                reply["stage"] = request["stage"]
         except Exception as error:
             reply = {
                 "ok": False,
                 "status": statuses.REFERENCE_ERROR,
                 "error": f"verifier: {type(error).__name__}: {error}",
                 "outputs": {},
-                "stage": message.get("stage"),
+                "stage": request.get("stage"),
             }
             traceback.print_exc()
         results.put(
             {
                 "op": op + "d" if op == "prepare" else "verified",
-                "case_id": message.get("case_id"),
+                "case_id": request.get("case_id"),
                 **reply,
             }
         )

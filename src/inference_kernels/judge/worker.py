@@ -10,7 +10,6 @@ what happened here; the verdict on correctness is the verifier's.
 
 from __future__ import annotations
 
-import os
 import time
 import traceback
 from pathlib import Path
@@ -204,7 +203,7 @@ class Worker:
         for name, value in zip(self.output_names, outputs, strict=True):
             if not is_plain_tensor(value):
                 return {
-                    "status": "type_mismatch",
+                    "status": statuses.TYPE_MISMATCH,
                     "error": f"{name} is a {type(value).__name__}, not a plain torch.Tensor",
                 }
         aliased = aliased_inputs(outputs, inputs, list(self.definition.inputs))
@@ -298,7 +297,7 @@ def main(
 ) -> None:
     redirect_output(Path(log))
     worker = Worker(device, commands, verify, results, definition, solution, Path(cache))
-    loaded = {"op": "loaded", "pid": os.getpid()}  # whose load: a late one is not taken
+    loaded = {"op": "loaded"}
     try:
         worker.loaded = load_solution(worker.solution, worker.definition, worker.cache)
         results.put({**loaded, "ok": True})
