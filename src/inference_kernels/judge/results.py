@@ -17,15 +17,18 @@ from typing import Any
 
 from ..schema import CaseRow, EnvironmentRow
 
+Case = tuple[str, str, str | None]  # (definition, solution, uuid)
 
-def completed_cases(path: Path) -> set[tuple[str, str, str | None]]:
-    """(definition, solution, uuid) of every case row already in ``path``. A row counts
-    only when whole and ended by its newline; from the first that is not (a row torn by a
-    kill) the file is cut, so the resumed run appends on a fresh line."""
+
+def completed_cases(path: Path) -> dict[Case, dict]:
+    """Every case row already in ``path``, by (definition, solution, uuid), and the first
+    environment row under the key ("environment", "", None). A row counts only when whole
+    and ended by its newline; from the first that is not (a row torn by a kill) the file
+    is cut, so the resumed run appends on a fresh line."""
     if not path.exists():
-        return set()
+        return {}
     text = path.read_text()
-    done = set()
+    done: dict[Case, dict] = {}
     good = 0
     for line in text.split("\n")[:-1]:  # the part after the last newline is unfinished
         if line.strip():
@@ -34,7 +37,9 @@ def completed_cases(path: Path) -> set[tuple[str, str, str | None]]:
             except json.JSONDecodeError:
                 break
             if row.get("type") == "case":
-                done.add((row["definition"], row["solution"], row.get("uuid")))
+                done[(row["definition"], row["solution"], row.get("uuid"))] = row
+            elif row.get("type") == "environment":
+                done.setdefault(("environment", "", None), row)
         good += len(line) + 1
     if good < len(text):
         with path.open("r+") as stream:

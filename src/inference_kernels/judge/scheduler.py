@@ -58,7 +58,7 @@ class Options:
     cold_l2: bool = False
 
 
-def _digest(model) -> str:
+def digest(model) -> str:
     return hashlib.sha256(
         json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
     ).hexdigest()
@@ -206,9 +206,9 @@ class Lane:
             axes=job.workload.axes,
             device=self.device,
             hashes={
-                "solution": _digest(solution),
-                "definition": _digest(job.definition),
-                "task": _digest(job.task),
+                "solution": digest(solution),
+                "definition": digest(job.definition),
+                "task": digest(job.task),
             },
         )
 

@@ -21,7 +21,7 @@ from ..schema import CaseRow, Solution
 from . import statuses
 from .loader import candidate_solution
 from .results import ResultWriter, completed_cases, environment_row
-from .scheduler import Job, Options, run_jobs
+from .scheduler import Job, Options, digest, run_jobs
 
 
 @dataclass
@@ -109,7 +109,8 @@ def judge(
     earlier rows included when resuming."""
     solutions, failed = _solutions(dataset, request)
     cases = select(dataset, request.definitions, request.suite, request.workloads)
-    done = completed_cases(request.report) if request.resume and request.report else set()
+    done = completed_cases(request.report) if request.resume and request.report else {}
+    _check_resumable(request, done, solutions, cases, dataset)
     if request.report and not request.resume and request.report.exists():
         request.report.unlink()
     jobs = []
@@ -137,7 +138,7 @@ def judge(
         environment_row(
             devices,
             dataset=str(dataset.root),
-            resumed=bool(done),
+            resumed=request.resume and bool(done),
             suite=request.suite,
             validation_only=request.validation_only,
         )
@@ -160,6 +161,44 @@ def judge(
     if request.report is None:
         return writer.rows
     return [json.loads(line) for line in request.report.read_text().splitlines() if line.strip()]
+
+
+def _check_resumable(request: Request, done: dict, solutions, cases, dataset) -> None:
+    """Rows kept on resume must be what this run would write: same solution, definition
+    and task (by hash), and timed unless the run is validation-only."""
+    environment = done.get(("environment", "", None))
+    if environment and environment.get("validation_only") and not request.validation_only:
+        raise DatasetError(
+            request.report,
+            "validation_only",
+            "its rows were judged without timing; resume with --validation-only, or write "
+            "another --report",
+        )
+    current = {}
+    for definition, workload in cases:
+        task = dataset.tasks.get(definition.name)
+        for solution in solutions:
+            if solution.definition == definition.name and task is not None:
+                key = (definition.name, solution.name, workload.uuid)
+                current[key] = (solution, definition, task)
+    for key, row in done.items():
+        if key not in current:
+            continue
+        solution, definition, task = current[key]
+        wanted = {
+            "solution": digest(solution),
+            "definition": digest(definition),
+            "task": digest(task),
+        }
+        recorded = row.get("hashes", {})
+        changed = [name for name, value in wanted.items() if recorded.get(name) != value]
+        if changed:
+            raise DatasetError(
+                request.report,
+                "hashes",
+                f"{key[1]} on {key[2]} was judged with another {' and '.join(changed)}; "
+                "rerun without --resume, or write another --report",
+            )
 
 
 def _no_task(definition: str):

@@ -1,0 +1,62 @@
+"""What --resume keeps. A kill that cuts a row just before its newline leaves a whole JSON
+row without "\\n"; it used to count as done, and the resumed run appended its first row
+to the same line. Only rows ended by their newline count now. Rows of another solution,
+definition or task (by hash), or rows without timing, are refused rather than kept."""
+
+import json
+from pathlib import Path
+
+import pytest
+from test_run_recovery import DEFINITION, SOLUTIONS, write_candidate
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.errors import DatasetError
+from inference_kernels.judge.session import Request, judge
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_resume_after_a_row_cut_before_its_newline(tmp_path):
+    task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
+    first, second = task["dev"][:2]
+    candidate = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    report = tmp_path / "results.jsonl"
+
+    def request(workloads, resume):
+        return Request(definitions=[DEFINITION], solutions=["none"], candidates=[candidate],
+                       workloads=workloads, report=report, resume=resume, validation_only=True,
+                       timeout=30, cache=tmp_path / "cache")  # fmt: skip
+
+    dataset = load_dataset(ROOT / "dataset")
+    judge(dataset, request([first], resume=False))
+    report.write_text(report.read_text().removesuffix("\n"))  # killed before the newline
+    judge(dataset, request([first, second], resume=True))  # raised JSONDecodeError here
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    cases = [(r["solution"], r["uuid"]) for r in lines if r.get("solution") == "honest"]
+    assert sorted(cases) == sorted([("honest", first), ("honest", second)])
+
+
+def test_resume_refuses_rows_of_another_solution_or_without_timing(tmp_path):
+    task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
+    first, second = task["dev"][:2]
+    honest = (SOLUTIONS / "honest_main.py").read_text()
+    candidate = write_candidate(tmp_path, "honest", honest)
+    report = tmp_path / "results.jsonl"
+
+    def request(validation_only):
+        return Request(definitions=[DEFINITION], solutions=["none"], candidates=[candidate],
+                       workloads=[first, second], report=report, resume=True,
+                       validation_only=validation_only, timeout=30,
+                       cache=tmp_path / "cache")  # fmt: skip
+
+    dataset = load_dataset(ROOT / "dataset")
+    judge(dataset, Request(definitions=[DEFINITION], solutions=["none"],
+                           candidates=[candidate], workloads=[first], report=report,
+                           validation_only=True, timeout=30, cache=tmp_path / "cache"))  # fmt: skip
+    with pytest.raises(DatasetError, match="judged without timing"):
+        judge(dataset, request(validation_only=False))
+    write_candidate(tmp_path, "honest", honest + "\n# edited\n")
+    with pytest.raises(DatasetError, match="honest on .* was judged with another solution"):
+        judge(dataset, request(validation_only=True))
+    before = report.read_text()
+    assert before.count('"type": "case"') == 2  # the refused resumes wrote nothing
