@@ -7,14 +7,10 @@ the worker is never read. What a worker sends the verifier is unpickled with onl
 globals of tensors, so an object whose ``__reduce__`` runs code is refused, not run; and
 timed outputs that are not plain tensors are refused in the worker before sending."""
 
-from pathlib import Path
-
-from test_run_recovery import DEFINITION, write_candidate
+from candidates import ROOT, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.session import Request, judge
-
-ROOT = Path(__file__).resolve().parents[2]
+from inference_kernels.judge.session import judge
 
 ZEROS = """import torch
 
@@ -45,9 +41,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     return torch.zeros_like(out), torch.zeros_like(new_state)
 """
 
-PATCH_VERIFIER = """from .honest import decode
-
-PATCH = (
+PAYLOAD = """PATCH = (
     "import inference_kernels.judge.verifier as v, inference_kernels.acceptance as a\\n"
     "v.compare = lambda actual, expected, tolerance: a.OutputVerdict('passed')\\n"
 )
@@ -56,7 +50,14 @@ PATCH = (
 class Payload:
     def __reduce__(self):
         return (exec, (PATCH, {}))
+"""
 
+PATCH_VERIFIER = (
+    """from .honest import decode
+
+"""
+    + PAYLOAD
+    + """
 
 _calls = [0]
 
@@ -67,18 +68,11 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
         return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
     return Payload(), Payload()  # timed calls: unpickled by the verifier
 """
+)
 
 
 def _judge(tmp_path, candidates, validation_only):
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=candidates,
-        report=tmp_path / "results.jsonl",
-        validation_only=validation_only,
-        timeout=30,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, candidates, validation_only=validation_only, timeout=30)
     rows = judge(load_dataset(ROOT / "dataset"), request)
     return {r["solution"]: r["status"] for r in rows if r.get("uuid")}
 
@@ -126,20 +120,14 @@ def test_a_timed_output_the_verifier_cannot_unpickle_is_blamed_on_the_solution(t
     assert outcome["foreign"] not in ("passed", "reference_error"), outcome
 
 
-PAYLOAD_SENT_DIRECTLY = """import sys
+PAYLOAD_SENT_DIRECTLY = (
+    """import sys
 
 from .honest import decode
 
-PATCH = (
-    "import inference_kernels.judge.verifier as v, inference_kernels.acceptance as a\\n"
-    "v.compare = lambda actual, expected, tolerance: a.OutputVerdict('passed')\\n"
-)
-
-
-class Payload:
-    def __reduce__(self):
-        return (exec, (PATCH, {}))
-
+"""
+    + PAYLOAD
+    + """
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     frame = sys._getframe(1)
@@ -150,6 +138,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
                        "outputs": [Payload(), Payload()], "inputs": {}})
     return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
 """
+)
 
 
 def test_a_payload_put_on_the_verify_queue_is_refused_not_run(tmp_path):

@@ -3,29 +3,18 @@ to end that lane's thread silently: ``judge`` returned as if complete, with rows
 It now stops the run and reaches the caller. A verifier error reply (no "outputs") used
 to raise in the scheduler; it now costs only its case."""
 
-from pathlib import Path
-
-from test_run_recovery import DEFINITION, SOLUTIONS, write_candidate
+from candidates import ROOT, SOLUTIONS, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.session import Request, judge
+from inference_kernels.judge.session import judge
 
-ROOT = Path(__file__).resolve().parents[2]
 HONEST = (SOLUTIONS / "honest_main.py").read_text()
 
 
 def test_a_failing_row_callback_does_not_silently_drop_the_remaining_cases(tmp_path):
     first = write_candidate(tmp_path, "first", HONEST)
     second = write_candidate(tmp_path, "second", HONEST)
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=[first, second],
-        report=tmp_path / "results.jsonl",
-        validation_only=True,
-        timeout=30,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, [first, second], validation_only=True, timeout=30)
     seen = []
 
     def on_row(row):
@@ -64,14 +53,7 @@ def test_a_verifier_error_on_timed_outputs_costs_only_that_case(tmp_path):
     thread dies: that case and every later case of the run get no row."""
     sparse = write_candidate(tmp_path, "sparse_when_timed", SPARSE_WHEN_TIMED)
     honest = write_candidate(tmp_path, "honest", HONEST)
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=[sparse, honest],
-        report=tmp_path / "results.jsonl",
-        timeout=30,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, [sparse, honest], timeout=30)
     rows = judge(load_dataset(ROOT / "dataset"), request)
     outcome = {r["solution"]: r["status"] for r in rows if r.get("uuid")}
     assert set(outcome) == {"sparse_when_timed", "honest"}, outcome

@@ -5,7 +5,7 @@ retried for each, every time waiting the whole reference timeout)."""
 import json
 import time
 
-from test_run_recovery import DEFINITION
+from candidates import DEFINITION
 
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge.results import ResultWriter

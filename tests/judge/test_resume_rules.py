@@ -4,16 +4,13 @@ to the same line. Only rows ended by their newline count now. Rows of another so
 definition or task (by hash), or rows without timing, are refused rather than kept."""
 
 import json
-from pathlib import Path
 
 import pytest
-from test_run_recovery import DEFINITION, SOLUTIONS, write_candidate
+from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.errors import DatasetError
-from inference_kernels.judge.session import Request, judge
-
-ROOT = Path(__file__).resolve().parents[2]
+from inference_kernels.judge.session import judge
 
 
 def test_resume_after_a_row_cut_before_its_newline(tmp_path):
@@ -23,9 +20,9 @@ def test_resume_after_a_row_cut_before_its_newline(tmp_path):
     report = tmp_path / "results.jsonl"
 
     def request(workloads, resume):
-        return Request(definitions=[DEFINITION], solutions=["none"], candidates=[candidate],
-                       workloads=workloads, report=report, resume=resume, validation_only=True,
-                       timeout=30, cache=tmp_path / "cache")  # fmt: skip
+        return candidates_request(
+            tmp_path, [candidate], workloads=workloads, resume=resume, validation_only=True
+        )
 
     dataset = load_dataset(ROOT / "dataset")
     judge(dataset, request([first], resume=False))
@@ -44,15 +41,15 @@ def test_resume_refuses_rows_of_another_solution_or_without_timing(tmp_path):
     report = tmp_path / "results.jsonl"
 
     def request(validation_only):
-        return Request(definitions=[DEFINITION], solutions=["none"], candidates=[candidate],
-                       workloads=[first, second], report=report, resume=True,
-                       validation_only=validation_only, timeout=30,
-                       cache=tmp_path / "cache")  # fmt: skip
+        return candidates_request(
+            tmp_path, [candidate], workloads=[first, second], resume=True,
+            validation_only=validation_only,
+        )  # fmt: skip
 
     dataset = load_dataset(ROOT / "dataset")
-    judge(dataset, Request(definitions=[DEFINITION], solutions=["none"],
-                           candidates=[candidate], workloads=[first], report=report,
-                           validation_only=True, timeout=30, cache=tmp_path / "cache"))  # fmt: skip
+    judge(
+        dataset, candidates_request(tmp_path, [candidate], workloads=[first], validation_only=True)
+    )
     with pytest.raises(DatasetError, match="judged without timing"):
         judge(dataset, request(validation_only=False))
     write_candidate(tmp_path, "honest", honest + "\n# edited\n")

@@ -10,9 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SOLUTIONS = ROOT / "tests/exploits/solutions"
-DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
+from candidates import DEFINITION, ROOT, SOLUTIONS, write_candidate
 
 SLOW_MAIN = """import time
 
@@ -59,31 +57,6 @@ def command(report: Path, candidate: Path, cache: Path, *extra: str) -> list[str
         "60",
         *extra,
     ]
-
-
-def write_candidate(tmp_path: Path, name: str, main: str) -> Path:
-    """A solution JSON of ``main`` as main.py, with the exploits' honest.py beside it."""
-    candidate = tmp_path / f"{name}.json"
-    candidate.write_text(
-        json.dumps(
-            {
-                "name": name,
-                "definition": DEFINITION,
-                "author": "tests",
-                "spec": {
-                    "language": "python",
-                    "target_hardware": ["cpu"],
-                    "entry_point": "main.py::run",
-                    "destination_passing_style": False,
-                },
-                "sources": [
-                    {"path": "main.py", "content": main},
-                    {"path": "honest.py", "content": (SOLUTIONS / "honest.py").read_text()},
-                ],
-            }
-        )
-    )
-    return candidate
 
 
 def slow_candidate(tmp_path: Path) -> Path:

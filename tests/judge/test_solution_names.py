@@ -3,14 +3,10 @@ are both "candidate:main.py") shared one worker in a lane (``Lane.workers`` is k
 name), so the second was judged by running the first one's code. Rows and --resume are
 keyed by name too, so the second is now refused."""
 
-from pathlib import Path
-
-from test_run_recovery import DEFINITION, SOLUTIONS
+from candidates import ROOT, SOLUTIONS, candidates_request
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.session import Request, judge
-
-ROOT = Path(__file__).resolve().parents[2]
+from inference_kernels.judge.session import judge
 
 HONEST = (SOLUTIONS / "honest.py").read_text()
 ZEROS = """
@@ -27,15 +23,7 @@ def test_two_candidate_files_of_one_name_are_each_judged_on_their_own_code(tmp_p
     good, bad = tmp_path / "v1/main.py", tmp_path / "v2/main.py"
     good.write_text(HONEST + "\nrun = decode\n")
     bad.write_text(HONEST + ZEROS)
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=[good, bad],
-        report=tmp_path / "results.jsonl",
-        validation_only=True,
-        timeout=30,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, [good, bad], validation_only=True, timeout=30)
     rows = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
     named = sorted((r["status"], r.get("uuid") is None) for r in rows if r["solution"] != "none")
     # v2/main.py must not be judged as v1 (it was: one worker per name ran v1's code for

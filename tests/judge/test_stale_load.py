@@ -3,14 +3,11 @@ solution's load wait took that answer as its own. Each worker now answers on its
 and a load that times out is stopped."""
 
 import json
-from pathlib import Path
 
-from test_run_recovery import DEFINITION, write_candidate
+from candidates import ROOT, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.session import Request, judge
-
-ROOT = Path(__file__).resolve().parents[2]
+from inference_kernels.judge.session import judge
 
 # Loads for longer than the load timeout (8 s), then fails to import.
 SLOW_BROKEN = """import time
@@ -35,15 +32,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 def test_a_late_load_answer_is_not_taken_for_the_next_solutions(tmp_path):
     broken = write_candidate(tmp_path, "slow_broken", SLOW_BROKEN)
     honest = write_candidate(tmp_path, "slow_honest", SLOW_HONEST)
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=[broken, honest],
-        report=tmp_path / "results.jsonl",
-        validation_only=True,
-        timeout=8,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, [broken, honest], validation_only=True, timeout=8)
     rows = judge(load_dataset(ROOT / "dataset"), request)
     outcome = {r["solution"]: (r["status"], r.get("error")) for r in rows if r.get("uuid")}
     assert outcome["slow_broken"][0] == "load_failed"

@@ -2,16 +2,12 @@
 nothing used to be timed and never verified (its time became the case's time), and a
 method whose timed calls raised was recorded as {"error"} while the case passed."""
 
-from pathlib import Path
-
 import pytest
-from test_run_recovery import DEFINITION, write_candidate
+from candidates import ROOT, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.session import Request, judge
+from inference_kernels.judge.session import judge
 from inference_kernels.report.rows import case_time
-
-ROOT = Path(__file__).resolve().parents[2]
 
 PREPARED_NOTHING = """from .honest import decode as run
 
@@ -47,14 +43,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 
 def _row(tmp_path, name, main, timeout=30):
     candidate = write_candidate(tmp_path, name, main)
-    request = Request(
-        definitions=[DEFINITION],
-        solutions=["none"],
-        candidates=[candidate],
-        report=tmp_path / "results.jsonl",
-        timeout=timeout,
-        cache=tmp_path / "cache",
-    )
+    request = candidates_request(tmp_path, [candidate], timeout=timeout)
     rows = judge(load_dataset(ROOT / "dataset"), request)
     (row,) = [r for r in rows if r.get("uuid")]
     return row
