@@ -19,9 +19,10 @@ from ..dataset.selection import Suite, select
 from ..errors import DatasetError
 from ..schema import CaseRow, Solution
 from . import statuses
+from .lane import digest
 from .loader import candidate_solution
 from .results import ResultWriter, completed_cases, environment_row
-from .scheduler import Job, Options, digest, run_jobs
+from .scheduler import Job, Options, run_jobs
 
 
 @dataclass
