@@ -49,7 +49,7 @@ class Lane:
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
     solution_names: list[str] = field(default_factory=list)  # every solution this lane may run
-    verdicts: Inbox = field(default_factory=Inbox, init=False)  # from the verifier
+    verdicts: Inbox | None = field(default=None, init=False)  # from the verifier
     control: Any = field(default=None, init=False)  # to the verifier
     data: dict[str, GuardedQueue] = field(default_factory=dict, init=False)  # worker -> verifier
     verifier_process: Process | None = field(default=None, init=False)

@@ -175,21 +175,27 @@ def _check_resumable(request: Request, done: dict, solutions, cases, dataset) ->
             "its rows were judged without timing; resume with --validation-only, or write "
             "another --report",
         )
-    current = {}
-    for definition, workload in cases:
-        task = dataset.tasks.get(definition.name)
-        for solution in solutions:
-            if solution.definition == definition.name and task is not None:
-                key = (definition.name, solution.name, workload.uuid)
-                current[key] = (solution, definition, task)
+    selected = {(definition.name, workload.uuid) for definition, workload in cases}
+    chosen = {solution.name: solution for solution in solutions}
+    digests: dict[tuple[str, str], str] = {}  # (kind, name) -> hash, each model hashed once
+
+    def hashed(kind: str, name: str, model) -> str:
+        if (kind, name) not in digests:
+            digests[kind, name] = digest(model)
+        return digests[kind, name]
+
     for key, row in done.items():
-        if key not in current:
-            continue
-        solution, definition, task = current[key]
+        definition_name, solution_name, uuid = key
+        solution = chosen.get(solution_name)
+        task = dataset.tasks.get(definition_name)
+        if (definition_name, uuid) not in selected or solution is None or task is None:
+            continue  # a row this run would not write again anyway
         wanted = {
-            "solution": digest(solution),
-            "definition": digest(definition),
-            "task": digest(task),
+            "solution": hashed("solution", solution_name, solution),
+            "definition": hashed(
+                "definition", definition_name, dataset.definitions[definition_name]
+            ),
+            "task": hashed("task", definition_name, task),
         }
         recorded = row.get("hashes", {})
         changed = [name for name, value in wanted.items() if recorded.get(name) != value]
