@@ -10,7 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from candidates import DEFINITION, ROOT, SOLUTIONS, write_candidate
+
+from inference_kernels.cli.judge_commands import _exit_on_sigterm
 
 SLOW_MAIN = """import time
 
@@ -124,13 +127,18 @@ def _running(pid: int) -> bool:
 
 
 def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
+    """As GNU ``timeout`` does: SIGTERM to the run, then to its whole process group (the
+    run's own workers included). The run stops with 143 and no traceback (a second
+    SIGTERM while unwinding printed one on the H200), taking its processes with it."""
     report, cache = tmp_path / "results.jsonl", tmp_path / "cache"
     candidate = slow_candidate(tmp_path)
+    stderr = tmp_path / "stderr.txt"
     process = subprocess.Popen(
         command(report, candidate, cache),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr.open("w"),
+        start_new_session=True,
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (report.exists() and case_rows(report)):
@@ -138,9 +146,11 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
     children = [pid for pid in _children(process.pid) if _running(pid)]
     assert len(children) >= 2  # the verifier and the solution worker (and a resource tracker)
     process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == 143
     time.sleep(1)
     assert [pid for pid in children if _running(pid)] == []
+    assert "Traceback" not in stderr.read_text(), stderr.read_text()[-2000:]
 
 
 def test_a_crash_on_one_workload_costs_only_its_own_rows(tmp_path):
@@ -165,3 +175,21 @@ def test_a_crash_on_one_workload_costs_only_its_own_rows(tmp_path):
         (baseline, second): "passed",
         ("crash", second): "crashed",
     }, finished.stdout[-2000:]
+
+
+def test_only_the_first_sigterm_raises():
+    """Deterministic half of the test above: the second of two SIGTERMs can land while the
+    first still unwinds (whether it does is a race), so after the first the handler is one
+    that does nothing."""
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        with pytest.raises(SystemExit) as exited:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs in the main thread between bytecodes
+        assert exited.value.code == 143
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # reached: the second signal raised nothing
+        assert signal.getsignal(signal.SIGTERM) not in (_exit_on_sigterm, signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -28,6 +28,15 @@ from .common import (
 )
 
 
+def _exit_on_sigterm(*_) -> None:
+    """A SIGTERM (a scheduler's time limit) unwinds like Ctrl-C, so the worker and verifier
+    processes are stopped with the run instead of holding the GPU after it. Later ones are
+    ignored: GNU ``timeout`` signals the run and then its whole process group, and a second
+    exit raised while the first unwinds prints a traceback."""
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    sys.exit(143)
+
+
 @app.command()
 def run(
     dataset: DatasetOption = None,
@@ -104,9 +113,7 @@ def run(
         data_root=data_root,
         cache=cache,
     )
-    # A SIGTERM (a scheduler's time limit) unwinds like Ctrl-C, so the worker and verifier
-    # processes are stopped with the run instead of holding the GPU after it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with _progress(transient=True) as progress:
         bar = progress.add_task("judging", total=None)
 
