@@ -278,14 +278,16 @@ def test_calls_a_definition_cannot_hold_are_skipped_not_raised(tmp_path):
     with TorchHooks(writer) as hooks:
         broadcast = F.scaled_dot_product_attention(q, kv, kv)
         empty = F.linear(torch.ones(0, 16, dtype=torch.bfloat16), torch.ones(8, 16).bfloat16())
+        no_k = F.linear(torch.ones(3, 0, dtype=torch.bfloat16), torch.ones(8, 0).bfloat16())
         weird = F.linear(torch.ones(2, 16).bfloat16(), torch.ones(8, 16).bfloat16())
         hooks.provenance = {"request": {"ids"}}  # a set: not JSON, so no stable uuid
         F.linear(torch.ones(3, 16).bfloat16(), torch.ones(8, 16).bfloat16())
     assert broadcast.shape == (2, 2, 5, 4) and empty.shape == (0, 8) and weird.shape == (2, 8)
+    assert no_k.shape == (3, 8) and not no_k.any()  # K = 0: the engine's zeros, untouched
     assert writer.counts["written"] == 1  # only the plain [2, 16] call
     sdpa = "torch.nn.functional.scaled_dot_product_attention"
     assert hooks.skipped[f"{sdpa}: query and key/value batch or head size differ (broadcast)"] == 1
-    assert hooks.skipped["torch.nn.functional.linear: empty"] == 1
+    assert hooks.skipped["torch.nn.functional.linear: empty"] == 2
     (refused,) = [reason for reason in hooks.skipped if "not JSON" in reason]
     assert refused.startswith("torch.nn.functional.linear: provenance value {'ids'}")
     assert check_dataset(load_dataset(tmp_path)).ok

@@ -163,10 +163,10 @@ class TorchHooks:
             return
         n, k = weight.shape
         name = generic.gemm_name(n, k, bias is not None)
-        rows = a.reshape(-1, k)
-        if rows.shape[0] == 0 or n == 0 or k == 0:
+        if a.numel() == 0 or n == 0 or k == 0:  # before the reshape, which fails on K = 0
             self.skipped[f"{operation}: empty"] += 1
             return
+        rows = a.reshape(-1, k)
         adapters = []
         if a.dim() > 2:
             adapters.append(f"flatten leading dimensions {list(a.shape[:-1])} into M")
