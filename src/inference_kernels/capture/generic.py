@@ -198,9 +198,10 @@ def task(definition: Definition, workload_file: str, dev: list[str]) -> Task:
     )
 
 
-def write_tasks_and_baselines(root: Path, definitions: Iterable[Definition]) -> None:
+def write_tasks_and_baselines(root: Path, definitions: Iterable[Definition]) -> list[str]:
     """Write a task (dev = the first ten workloads) and the baseline of each definition
-    that has workloads in ``root``."""
+    that has workloads in ``root``; returns those definitions' names."""
+    written = []
     for definition in definitions:
         name = definition.name
         workload_file = f"workloads/{definition.op_type}/{name}.jsonl"
@@ -215,3 +216,5 @@ def write_tasks_and_baselines(root: Path, definitions: Iterable[Definition]) -> 
             root / "solutions" / definition.op_type / f"{solution.name}.json",
             solution.model_dump_json(indent=2, exclude_none=True) + "\n",
         )
+        written.append(name)
+    return written

@@ -96,14 +96,10 @@ def capture(
             model(**features)
             if on_step:
                 on_step(step)
-    generic.write_tasks_and_baselines(output, writer.definitions.values())
+    captured = generic.write_tasks_and_baselines(output, writer.definitions.values())
     return {
         "output": str(output),
-        "definitions": sorted(
-            name
-            for name, definition in writer.definitions.items()
-            if (output / "workloads" / definition.op_type / f"{name}.jsonl").exists()
-        ),
+        "definitions": sorted(captured),
         "counts": writer.counts,
         "calls": dict(hooks.calls),
         "skipped": dict(hooks.skipped),

@@ -61,11 +61,12 @@ def write_atomically(path: Path, text: str) -> None:
     files.write_atomically(path, text.encode())
 
 
-def _whole_lines(path: Path, uuid_of: Callable[[dict], str]) -> list[dict[str, Any]]:
-    """The records of ``path``. Only the last line may be torn (an interrupted append) and
-    is left out; any other unreadable line is an error naming the file and line."""
+def _whole_lines(path: Path, uuid_of: Callable[[dict], str]) -> tuple[list[dict[str, Any]], int]:
+    """The records of ``path`` and its number of lines. Only the last line may be torn (an
+    interrupted append) and is left out; any other unreadable line is an error naming the
+    file and line."""
     if not path.exists():
-        return []
+        return [], 0
     lines = path.read_text().splitlines()
     records = []
     for number, line in enumerate(lines, 1):
@@ -79,7 +80,7 @@ def _whole_lines(path: Path, uuid_of: Callable[[dict], str]) -> list[dict[str, A
         except (TypeError, KeyError):
             raise CaptureError(f"{path}: line {number}: not a record with a uuid") from None
         records.append(record)
-    return records
+    return records, len(lines)
 
 
 def _rewrite(path: Path, records: list[dict[str, Any]], sort_keys: bool = False) -> None:
@@ -122,15 +123,14 @@ class CaptureWriter:
         for partial in self.root.glob("**/*.partial"):
             partial.unlink()
         receipts_path = self.root / "captures.jsonl"
-        receipts = _whole_lines(receipts_path, lambda record: record["uuid"])
-        if receipts_path.exists() and len(receipts) != len(receipts_path.read_text().splitlines()):
+        receipts, lines = _whole_lines(receipts_path, lambda record: record["uuid"])
+        if len(receipts) != lines:
             _rewrite(receipts_path, receipts, sort_keys=True)
         self.receipts = {record["uuid"] for record in receipts}
         for path in sorted((self.root / "workloads").glob("*/*.jsonl")):
-            lines = path.read_text().splitlines()
-            records = _whole_lines(path, lambda record: record["workload"]["uuid"])
+            records, lines = _whole_lines(path, lambda record: record["workload"]["uuid"])
             kept = [r for r in records if r["workload"]["uuid"] in self.receipts]
-            if len(kept) != len(lines):
+            if len(kept) != lines:
                 _rewrite(path, kept)
         for path in sorted((self.root / "definitions").glob("*/*.json")):
             try:

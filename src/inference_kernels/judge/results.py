@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,23 @@ from ..schema import CaseRow, EnvironmentRow
 Case = tuple[str, str, str | None]  # (definition, solution, uuid)
 
 
-def completed_cases(path: Path) -> dict[Case, dict]:
-    """Every case row already in ``path``, by (definition, solution, uuid), and the first
-    environment row under the key ("environment", "", None). A row counts only when whole
-    and ended by its newline; from the first that is not (a row torn by a kill) the file
-    is cut, so the resumed run appends on a fresh line."""
+@dataclass
+class Earlier:
+    """What a report already holds: its case rows by (definition, solution, uuid), and its
+    first environment row."""
+
+    cases: dict[Case, dict] = field(default_factory=dict)
+    environment: dict | None = None
+
+
+def earlier_rows(path: Path) -> Earlier:
+    """The rows already in ``path``. A row counts only when whole and ended by its newline;
+    from the first that is not (a row torn by a kill) the file is cut, so the resumed run
+    appends on a fresh line."""
+    earlier = Earlier()
     if not path.exists():
-        return {}
+        return earlier
     text = path.read_text()
-    done: dict[Case, dict] = {}
     good = 0
     for line in text.split("\n")[:-1]:  # the part after the last newline is unfinished
         if line.strip():
@@ -37,14 +46,14 @@ def completed_cases(path: Path) -> dict[Case, dict]:
             except json.JSONDecodeError:
                 break
             if row.get("type") == "case":
-                done[(row["definition"], row["solution"], row.get("uuid"))] = row
-            elif row.get("type") == "environment":
-                done.setdefault(("environment", "", None), row)
+                earlier.cases[(row["definition"], row["solution"], row.get("uuid"))] = row
+            elif row.get("type") == "environment" and earlier.environment is None:
+                earlier.environment = row
         good += len(line) + 1
     if good < len(text):
         with path.open("r+") as stream:
             stream.truncate(good)
-    return done
+    return earlier
 
 
 class ResultWriter:

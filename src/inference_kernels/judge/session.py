@@ -21,7 +21,7 @@ from ..schema import CaseRow, Solution
 from . import statuses
 from .lane import digest
 from .loader import candidate_solution
-from .results import ResultWriter, completed_cases, environment_row
+from .results import Earlier, ResultWriter, earlier_rows, environment_row
 from .scheduler import Job, Options, run_jobs
 
 
@@ -110,8 +110,9 @@ def judge(
     earlier rows included when resuming."""
     solutions, failed = _solutions(dataset, request)
     cases = select(dataset, request.definitions, request.suite, request.workloads)
-    done = completed_cases(request.report) if request.resume and request.report else {}
-    _check_resumable(request, done, solutions, cases, dataset)
+    earlier = earlier_rows(request.report) if request.resume and request.report else Earlier()
+    _check_resumable(request, earlier, solutions, cases, dataset)
+    done = earlier.cases
     if request.report and not request.resume and request.report.exists():
         request.report.unlink()
     jobs = []
@@ -139,7 +140,7 @@ def judge(
         environment_row(
             devices,
             dataset=str(dataset.root),
-            resumed=request.resume and bool(done),
+            resumed=bool(done) or earlier.environment is not None,
             suite=request.suite,
             validation_only=request.validation_only,
         )
@@ -164,10 +165,10 @@ def judge(
     return [json.loads(line) for line in request.report.read_text().splitlines() if line.strip()]
 
 
-def _check_resumable(request: Request, done: dict, solutions, cases, dataset) -> None:
+def _check_resumable(request: Request, earlier: Earlier, solutions, cases, dataset) -> None:
     """Rows kept on resume must be what this run would write: same solution, definition
     and task (by hash), and timed unless the run is validation-only."""
-    environment = done.get(("environment", "", None))
+    environment = earlier.environment
     if environment and environment.get("validation_only") and not request.validation_only:
         raise DatasetError(
             request.report,
@@ -175,35 +176,31 @@ def _check_resumable(request: Request, done: dict, solutions, cases, dataset) ->
             "its rows were judged without timing; resume with --validation-only, or write "
             "another --report",
         )
+    if not earlier.cases:
+        return
     selected = {(definition.name, workload.uuid) for definition, workload in cases}
-    chosen = {solution.name: solution for solution in solutions}
-    digests: dict[tuple[str, str], str] = {}  # (kind, name) -> hash, each model hashed once
-
-    def hashed(kind: str, name: str, model) -> str:
-        if (kind, name) not in digests:
-            digests[kind, name] = digest(model)
-        return digests[kind, name]
-
-    for key, row in done.items():
+    solution_hashes = {solution.name: digest(solution) for solution in solutions}
+    definition_hashes = {
+        name: {"definition": digest(dataset.definitions[name]), "task": digest(dataset.tasks[name])}
+        for name in {name for name, _ in selected}
+        if name in dataset.tasks
+    }
+    for key, row in earlier.cases.items():
         definition_name, solution_name, uuid = key
-        solution = chosen.get(solution_name)
-        task = dataset.tasks.get(definition_name)
-        if (definition_name, uuid) not in selected or solution is None or task is None:
+        if (
+            (definition_name, uuid) not in selected
+            or solution_name not in solution_hashes
+            or definition_name not in definition_hashes
+        ):
             continue  # a row this run would not write again anyway
-        wanted = {
-            "solution": hashed("solution", solution_name, solution),
-            "definition": hashed(
-                "definition", definition_name, dataset.definitions[definition_name]
-            ),
-            "task": hashed("task", definition_name, task),
-        }
+        wanted = {"solution": solution_hashes[solution_name], **definition_hashes[definition_name]}
         recorded = row.get("hashes", {})
         changed = [name for name, value in wanted.items() if recorded.get(name) != value]
         if changed:
             raise DatasetError(
                 request.report,
                 "hashes",
-                f"{key[1]} on {key[2]} was judged with another {' and '.join(changed)}; "
+                f"{solution_name} on {uuid} was judged with another {' and '.join(changed)}; "
                 "rerun without --resume, or write another --report",
             )
 

@@ -204,13 +204,12 @@ def main(device: str, control, data: dict, results, cache: str, log: str) -> Non
         op = request["op"]
         if op == "exit":
             return
-        message = request
         try:
             if op == "prepare":
                 reply = verifier.prepare(request)
             else:
                 try:
-                    message = _worker_outputs(data[request["solution"]], request)
+                    sent = _worker_outputs(data[request["solution"]], request)
                 except pickle.UnpicklingError as error:
                     reply = {
                         "status": statuses.TYPE_MISMATCH,
@@ -218,7 +217,7 @@ def main(device: str, control, data: dict, results, cache: str, log: str) -> Non
                         "outputs": {},
                     }
                 else:
-                    reply = verifier.verify(message)
+                    reply = verifier.verify(sent)
                 reply["stage"] = request["stage"]
         except Exception as error:
             reply = {
@@ -236,4 +235,4 @@ def main(device: str, control, data: dict, results, cache: str, log: str) -> Non
                 **reply,
             }
         )
-        message = reply = None  # drop shared tensors before the next message
+        sent = reply = None  # drop shared tensors before the next message

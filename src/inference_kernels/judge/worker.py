@@ -297,15 +297,14 @@ def main(
 ) -> None:
     redirect_output(Path(log))
     worker = Worker(device, commands, verify, results, definition, solution, Path(cache))
-    loaded = {"op": "loaded"}
     try:
         worker.loaded = load_solution(worker.solution, worker.definition, worker.cache)
-        results.put({**loaded, "ok": True})
+        results.put({"op": "loaded", "ok": True})
     except SolutionLoadError as error:
-        results.put({**loaded, "ok": False, "error": str(error)})
+        results.put({"op": "loaded", "ok": False, "error": str(error)})
         return
     except Exception as error:
-        results.put({**loaded, "ok": False, "error": _one_line(error)})
+        results.put({"op": "loaded", "ok": False, "error": _one_line(error)})
         return
     while True:
         message = commands.get()

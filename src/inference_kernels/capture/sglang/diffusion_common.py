@@ -15,7 +15,6 @@ from ._runtime import Patches, track_forward
 # flag that hides attention calls made inside another (forward_with_replicated_kv_prefix).
 ATTENTION_SINK: contextvars.ContextVar = contextvars.ContextVar("attention_sink", default=None)
 INSIDE_ATTENTION: contextvars.ContextVar = contextvars.ContextVar("inside", default=False)
-QKV_FRAME: contextvars.ContextVar = contextvars.ContextVar("qkv_frame", default=None)
 
 
 class ModulePaths:

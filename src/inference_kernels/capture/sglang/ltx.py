@@ -20,11 +20,11 @@ do they map the call and ``writer.write`` it. A call that does not fit raises ``
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 from ._runtime import Patches, new_context, provenance, require_sglang
 from .diffusion_common import (
-    QKV_FRAME,
     ModulePaths,
     all_visible,
     report_attention,
@@ -33,6 +33,9 @@ from .diffusion_common import (
 )
 
 # --- LTX-2.5 --------------------------------------------------------------------------------
+
+# The neighborhood-attention forward running now: ``project_qkv`` leaves its Q, K, V there.
+QKV_FRAME: contextvars.ContextVar = contextvars.ContextVar("qkv_frame", default=None)
 
 
 def install_ltx(writer: Any) -> Patches:
