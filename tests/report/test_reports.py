@@ -1,7 +1,9 @@
 import json
 
 import pytest
+from typer.testing import CliRunner
 
+from inference_kernels.cli import app
 from inference_kernels.report.compare import comparison
 from inference_kernels.report.summary import performance_markdown, preferred, summary
 from inference_kernels.report.tables import solution_table
@@ -50,6 +52,17 @@ def test_compare_within_one_file_against_the_baseline():
     assert set(result) == {"fast", "eager_only"}
     fast = result["fast"]
     assert (fast["pairs"], fast["faster"], fast["min"], fast["max"]) == (2, 2, 2.0, 4.0)
+    assert fast["inputs"] == "stand-in"
+
+
+def test_compare_names_the_inputs_of_the_paired_workloads_only():
+    rows = [case("base", "w1", graph=2.0), case("fast", "w1", graph=1.0)]
+    rows += [{**case("base", "w2", graph=2.0), "inputs": "captured"}]  # not paired
+    (entry,) = comparison(rows, None, {"d": "base"})
+    assert (entry["pairs"], entry["inputs"]) == (1, "stand-in")
+    rows.append({**case("fast", "w2", graph=1.0), "inputs": "captured"})
+    (entry,) = comparison(rows, None, {"d": "base"})
+    assert (entry["pairs"], entry["inputs"]) == (2, "captured, stand-in")
 
 
 def test_compare_two_runs_of_the_same_solution():
@@ -66,7 +79,7 @@ def test_summary_and_markdown_count_statuses_and_inputs():
     assert report["status"] == "failed" and report["statuses"] == {"passed": 6, "mismatch": 1}
     assert report["inputs"] == {"stand-in": 7} and report["workloads"] == 3
     text = performance_markdown(report)
-    assert "| d | fast | 2/3 | 7.07 | cuda-graph | 2.83x |" in text
+    assert "| d | fast | STAND-IN | 2/3 | 7.07 | cuda-graph | 2.83x |" in text
     assert "stand-in 7" in text
     json.dumps(report)  # serializable
 
@@ -96,3 +109,19 @@ def test_results_files_are_validated_row_by_row(tmp_path):
     path.write_text(json.dumps({"type": "summary"}) + "\n")
     with pytest.raises(DatasetError, match="neither a case nor an environment row"):
         read_rows(path)
+
+
+def test_compare_and_preferred_commands_label_stand_in_inputs(tmp_path):
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    runner = CliRunner()
+    compared = runner.invoke(
+        app, ["compare", str(results), "--against", "base"], terminal_width=200
+    )
+    assert compared.exit_code == 0, compared.output
+    # the rows of 'fast' and 'eager_only', and the note under the table
+    assert compared.output.count("STAND-IN") == 3, compared.output
+    assert "STAND-IN inputs are generated, not captured." in compared.output
+    chosen = runner.invoke(app, ["preferred", str(results), "-o", str(tmp_path / "preferred.json")])
+    assert chosen.exit_code == 0, chosen.output
+    assert "STAND-IN inputs" in chosen.output

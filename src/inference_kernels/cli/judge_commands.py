@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from ..errors import DatasetError
+from ..report.tables import STAND_IN_NOTE, inputs_label
 from .common import (
     DataRootOption,
     DatasetOption,
@@ -167,7 +168,7 @@ def _run_table(table: list[dict]) -> None:
         view.add_row(
             entry["definition"],
             entry["solution"],
-            "STAND-IN" if entry["inputs"] == "stand-in" else entry["inputs"],
+            inputs_label(entry["inputs"]),
             f"{entry['passed']}/{entry['cases']}",
             f"[red]{failed}[/red]" if failed else "",
             f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
@@ -177,7 +178,7 @@ def _run_table(table: list[dict]) -> None:
     console.print(view)
     console.print(
         "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
-        "task's baseline on the same workloads. STAND-IN inputs are generated, not captured.",
+        f"task's baseline on the same workloads. {STAND_IN_NOTE}",
         highlight=False,
     )
 
@@ -222,7 +223,8 @@ def compare(
         print(json.dumps(table, indent=2))
         return
     view = Table(title="paired speedups (old time / new time)")
-    for column in ("definition", "solution", "against", "pairs", "speedup", "range", "faster"):
+    columns = ("definition", "solution", "against", "inputs", "pairs", "speedup", "range", "faster")
+    for column in columns:
         view.add_column(column)
     for entry in table:
         speedup = f"{entry['speedup']:.3f}x" if entry["speedup"] else "-"
@@ -231,12 +233,14 @@ def compare(
             entry["definition"],
             entry["solution"],
             entry["against"],
+            inputs_label(entry["inputs"]),
             str(entry["pairs"]),
             speedup,
             spread,
             f"{entry['faster']}/{entry['pairs']}",
         )
     console.print(view)
+    console.print(STAND_IN_NOTE, highlight=False)
 
 
 @app.command()
@@ -286,7 +290,8 @@ def preferred(
     else:
         for entry in picked["definitions"]:
             console.print(
-                f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us)",
+                f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us, "
+                f"{inputs_label(entry['inputs'])} inputs)",
                 highlight=False,
             )
         console.print(f"wrote {output}", highlight=False)

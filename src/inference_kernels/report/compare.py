@@ -22,17 +22,23 @@ def paired(
     new: dict[tuple[str, str], dict[str, float]],
     old: dict[tuple[str, str], dict[str, float]],
     pairs: list[tuple[str, str, str]],
+    inputs: dict[tuple[str, str], str],
 ) -> list[dict[str, Any]]:
-    """For each (definition, solution in ``new``, solution in ``old``): speedups old/new."""
+    """For each (definition, solution in ``new``, solution in ``old``): speedups old/new,
+    and whether the paired workloads' inputs were captured or stand-ins (``inputs``, by
+    (definition, uuid))."""
     table = []
     for definition, solution, against in pairs:
         mine, theirs = new.get((definition, solution), {}), old.get((definition, against), {})
-        ratios = [theirs[u] / mine[u] for u in mine if u in theirs]
+        shared = [u for u in mine if u in theirs]
+        ratios = [theirs[u] / mine[u] for u in shared]
+        kinds = {inputs[definition, u] for u in shared if (definition, u) in inputs}
         table.append(
             {
                 "definition": definition,
                 "solution": solution,
                 "against": against,
+                "inputs": ", ".join(sorted(kinds)),
                 "pairs": len(ratios),
                 "speedup": geomean(ratios),
                 "min": min(ratios) if ratios else None,
@@ -63,4 +69,9 @@ def comparison(
         if other is None or (second is None and other == name):
             continue
         pairs.append((definition, name, other))
-    return paired(new, old, pairs)
+    inputs = {
+        (row["definition"], row["uuid"]): row["inputs"]
+        for row in case_rows(first)
+        if "inputs" in row
+    }
+    return paired(new, old, pairs, inputs)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .rows import case_rows
-from .tables import solution_table
+from .tables import inputs_label, solution_table
 
 
 def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
@@ -41,14 +41,15 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "Times are geometric means over passed workloads, in microseconds per call; the speedup "
         "is the paired geometric mean over the task baseline on the same workloads.",
         "",
-        "| definition | solution | passed | time (us) | method | speedup |",
-        "|---|---|---:|---:|---|---:|",
+        "| definition | solution | inputs | passed | time (us) | method | speedup |",
+        "|---|---|---|---:|---:|---|---:|",
     ]
     for entry in report["solutions"]:
         time_us = f"{entry['time_us']:.2f}" if entry["time_us"] else "-"
         speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "-"
         lines.append(
-            f"| {entry['definition']} | {entry['solution']} | {entry['passed']}/{entry['cases']} "
+            f"| {entry['definition']} | {entry['solution']} | {inputs_label(entry['inputs'])} "
+            f"| {entry['passed']}/{entry['cases']} "
             f"| {time_us} | {entry['method']} | {speedup} |"
         )
     return "\n".join(lines) + "\n"

@@ -44,3 +44,12 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
             }
         )
     return table
+
+
+STAND_IN_NOTE = "STAND-IN inputs are generated, not captured."
+
+
+def inputs_label(inputs: str) -> str:
+    """How results show an entry's inputs: stand-ins in capitals, so none passes for
+    captured data."""
+    return inputs.replace("stand-in", "STAND-IN")
