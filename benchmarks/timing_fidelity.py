@@ -1,113 +1,119 @@
-"""Does the judge's CUDA-graph timing agree with triton.testing.do_bench_cudagraph?
+"""Does the sandbox change the times the judge reports? And do they agree with triton?
 
-Times a bf16 GEMM (M=4096, N=12288, K=4096) and the dataset's dense attention shape
-(SDPA, B=1, H=32, N=2560, D=128) five times each with the judge's graph timing, as the
-worker runs it (rotating input copies, ``iters`` calls per replay, median of ``trials``
-samples spread over ``timing.SAMPLE_WINDOW_SECONDS``), and with triton's
-do_bench_cudagraph (its defaults). Prints JSON: per method the five run medians, their
-median, the run-to-run spread (max/min - 1) and coefficient of variation, and the ratio
-of the judge's median to triton's. Other sampling variants are timed for comparison:
-the judge's earlier 0.25 s of steady replays and a 3 s window. First the GPU is loaded
-for ``timing.PREHEAT_SECONDS``, as a judge worker does before its first timed case.
-Each run's start (unix seconds) is kept, to line runs up with a clock log such as
-``nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv -lms 50``.
-Run on a CUDA machine:
+Judges the plain-PyTorch baseline on two of the dataset's compute-bound workloads, a bf16
+GEMM (``dense_gemm_bf16_nt_n12288_k4096``, M=4096) and dense attention
+(``noncausal_dense_attention_h32_d128``, B=1, Nq=Nk=2560), through the whole judge
+(referee, worker, fresh inputs, outside check), RUNS times each as copies of the
+solution judged one after another by one referee: once with every worker in the
+bubblewrap sandbox and once with ``--no-sandbox``. Then times the same calls with
+triton's ``do_bench_cudagraph``. Prints JSON: per workload and mode the graph (and eager)
+medians of each run, their median and spread, the sandboxed/unsandboxed ratio, and the
+worker-reported against outside-seen times. Run on a CUDA machine:
 
     PYTHONPATH=src python3 benchmarks/timing_fidelity.py
 """
 
 import json
 import statistics
-import time
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from triton.testing import do_bench_cudagraph
 
-from inference_kernels.judge import timing
-from inference_kernels.judge.guards import make_copies
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.session import Request, judge
 
+ROOT = Path(__file__).resolve().parents[1]
 RUNS = 5
-WARMUP, ITERS, TRIALS = 10, 20, 7  # the dataset's task timing
-STEADY = timing.STEADY_SECONDS
-# label: (steady seconds, sample window in seconds, samples); "judge" is the judge's own
-VARIANTS = {
-    "judge": (STEADY, timing.SAMPLE_WINDOW_SECONDS, TRIALS),
-    "judge_steady_0.25s": (0.25, timing.SAMPLE_WINDOW_SECONDS, TRIALS),
-    "judge_window_3s": (STEADY, 3.0, TRIALS),
+SHAPES = {
+    "gemm_bf16_m4096_n12288_k4096": ("dense_gemm_bf16_nt_n12288_k4096", {"M": 4096}),
+    "sdpa_b1_h32_n2560_d128": (
+        "noncausal_dense_attention_h32_d128",
+        {"B": 1, "Nq": 2560, "Nk": 2560},
+    ),
 }
 
 
-def gemm_inputs():
-    g = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(4096, 4096, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(12288, 4096, device="cuda", generator=g) * 0.02).bfloat16()
-    return [a, w], lambda a, w: F.linear(a, w)
+def _uuid(dataset, definition: str, axes: dict) -> str:
+    return next(w.uuid for w in dataset.workloads[definition] if w.axes == axes)
 
 
-def sdpa_inputs():
-    g = torch.Generator(device="cuda").manual_seed(1)
-    q, k, v = (
-        torch.randn(1, 32, 2560, 128, device="cuda", generator=g).bfloat16() for _ in range(3)
+def judged(sandboxed: bool) -> dict[str, list[dict]]:
+    """Rows of RUNS copies of each baseline, by shape."""
+    dataset = load_dataset(ROOT / "dataset")
+    names, uuids = [], []
+    for definition, axes in SHAPES.values():
+        baseline = dataset.solutions[dataset.tasks[definition].baseline]
+        for run in range(RUNS):
+            copy = baseline.model_copy(update={"name": f"{baseline.name}#{run}"})
+            dataset.solutions[copy.name] = copy
+            names.append(copy.name)
+        uuids.append(_uuid(dataset, definition, axes))
+    folder = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    request = Request(
+        definitions=[definition for definition, _ in SHAPES.values()],
+        solutions=names,
+        suite="all",
+        workloads=uuids,
+        devices=["cuda:0"],
+        report=folder / "results.jsonl",
+        cache=folder / "cache",
+        sandbox=sandboxed,
     )
-    return [q, k, v], lambda q, k, v: F.scaled_dot_product_attention(q, k, v)
-
-
-def judge_graph(inputs, function, steady: float, window: float, trials: int):
-    sets = make_copies(inputs, 4)
-    defaults = timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS
-    timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS = steady, window
-    try:
-        measured, _ = timing.graph(
-            lambda j: [function(*sets[j % len(sets)])],
-            WARMUP,
-            ITERS,
-            trials,
-            torch.device("cuda"),
-        )
-    finally:
-        timing.STEADY_SECONDS, timing.SAMPLE_WINDOW_SECONDS = defaults
-    return measured
-
-
-def figures(runs: list[float], started: list[float], samples: list | None = None) -> dict:
-    entry = {
-        "runs_us": [round(x, 2) for x in runs],
-        "runs_started_unix_s": [round(x, 2) for x in started],
-        "median_us": round(statistics.median(runs), 2),
-        "spread": round(max(runs) / min(runs) - 1, 4),
-        "cv": round(statistics.stdev(runs) / statistics.mean(runs), 4),
+    rows = [row for row in judge(dataset, request) if row.get("type") == "case"]
+    return {
+        shape: [row for row in rows if row["definition"] == definition]
+        for shape, (definition, _) in SHAPES.items()
     }
-    if samples:
-        entry["samples_us"] = [[round(x, 1) for x in run] for run in samples]
-    return entry
+
+
+def figures(rows: list[dict], method: str) -> dict:
+    timed = [row["timing"][method] for row in rows if method in row["timing"]]
+    medians = [entry["median_us"] for entry in timed]
+    outside = [entry["outside"]["median_us"] for entry in timed]
+    return {
+        "statuses": sorted({row["status"] for row in rows}),
+        "runs_us": [round(m, 2) for m in medians],
+        "median_us": round(statistics.median(medians), 2),
+        "spread": round(max(medians) / min(medians) - 1, 4),
+        "outside_median_us": round(statistics.median(outside), 2),
+    }
+
+
+def triton_us(shape: str) -> float:
+    from triton.testing import do_bench_cudagraph
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    if shape.startswith("gemm"):
+        a = torch.randn(4096, 4096, device="cuda", generator=g).bfloat16()
+        w = (torch.randn(12288, 4096, device="cuda", generator=g) * 0.02).bfloat16()
+        call = lambda: F.linear(a, w)  # noqa: E731
+    else:
+        size = (1, 32, 2560, 128)
+        q, k, v = (torch.randn(*size, device="cuda", generator=g).bfloat16() for _ in "qkv")
+        call = lambda: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+    return statistics.median(do_bench_cudagraph(call) * 1000 for _ in range(RUNS))
 
 
 def main() -> None:
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    report["preheat_s"] = round(timing.preheat(torch.device("cuda")), 2)
-    for name, make in (
-        ("gemm_bf16_m4096_n12288_k4096", gemm_inputs),
-        ("sdpa_b1_h32_n2560_d128", sdpa_inputs),
-    ):
-        inputs, function = make()
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": RUNS}
+    modes = {"sandboxed": judged(True), "unsandboxed": judged(False)}
+    for shape in SHAPES:
         entry = {}
-        for label, variant in VARIANTS.items():
-            started, measured = [], []
-            for _ in range(RUNS):
-                started.append(time.time())
-                measured.append(judge_graph(inputs, function, *variant))
-            entry[label] = figures(
-                [m.median_us for m in measured], started, [m.samples_us for m in measured]
-            )
-        started, triton = [], []
-        for _ in range(RUNS):
-            started.append(time.time())
-            triton.append(do_bench_cudagraph(lambda f=function, x=inputs: f(*x)) * 1000)
-        entry["triton_do_bench_cudagraph"] = figures(triton, started)
-        ours, theirs = entry["judge"]["median_us"], entry["triton_do_bench_cudagraph"]["median_us"]
-        entry["ratio"] = round(ours / theirs, 4)
-        report[name] = entry
+        for mode, rows in modes.items():
+            entry[mode] = {method: figures(rows[shape], method) for method in ("graph", "eager")}
+        ours = entry["sandboxed"]["graph"]["median_us"]
+        entry["graph_sandboxed_over_unsandboxed"] = round(
+            ours / entry["unsandboxed"]["graph"]["median_us"], 4
+        )
+        try:
+            theirs = round(triton_us(shape), 2)
+            entry["triton_do_bench_cudagraph_us"] = theirs
+            entry["graph_sandboxed_over_triton"] = round(ours / theirs, 4)
+        except ImportError:
+            pass
+        report[shape] = entry
     print(json.dumps(report, indent=2))
 
 

@@ -4,7 +4,8 @@
 # and the dev workloads. STEPS picks steps (exploits,fidelity,replay,first,dev);
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
-# Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/.
+# Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/, and
+# bubblewrap (the sandbox) as a .deb from .whl/ (apt-get download bubblewrap).
 set -uo pipefail
 OUT=${OUT:-results/gpu}
 STEPS=${STEPS:-exploits,fidelity,replay,dev}
@@ -14,9 +15,13 @@ if ! python3 -c "import pydantic, pytest" 2>/dev/null; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+if ! command -v bwrap >/dev/null && ls .whl/bubblewrap_*.deb >/dev/null 2>&1; then
+  dpkg -x .whl/bubblewrap_*.deb /tmp/bwrap-deb
+  export INFERENCE_KERNELS_BWRAP=/tmp/bwrap-deb/usr/bin/bwrap
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
 if [[ $STEPS == *exploits* ]]; then
-  timeout 150 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
+  timeout 300 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
 fi
 if [[ $STEPS == *fidelity* ]]; then
   timeout 300 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
@@ -32,6 +37,7 @@ for suite in first dev; do
     --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/$suite-run.log" 2>&1
   status=$?
   pkill -f multiprocessing.spawn 2>/dev/null  # nothing of a timed-out run may hold the GPU
+  pkill -f inference_kernels.judge.worker 2>/dev/null
   echo "run exit $status after $(( $(date +%s) - started )) s" | tee -a "$OUT/$suite-run.log"
   cp results/gpu-$suite.jsonl "$OUT/"
   python3 -m inference_kernels.cli summary results/gpu-$suite.jsonl -o "$OUT" >/dev/null

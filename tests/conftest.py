@@ -1,9 +1,14 @@
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 BUNDLED = Path(__file__).resolve().parents[1] / "dataset"
+# The judge's signing key lives in a folder of the test session, not the user's config
+# (subprocesses of the tests inherit it).
+os.environ["INFERENCE_KERNELS_CONFIG"] = tempfile.mkdtemp(prefix="ik-config-")
 
 
 @pytest.fixture(scope="session")

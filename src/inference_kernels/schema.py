@@ -253,6 +253,7 @@ class CaseRow(BaseModel):
     timing: dict[str, dict[str, Any] | str] = {}
     hashes: dict[str, str] = {}
     seconds: float = 0.0
+    mac: str | None = None  # HMAC of the row with the judge's key (signing.py)
 
 
 class EnvironmentRow(BaseModel):

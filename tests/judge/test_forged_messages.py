@@ -1,12 +1,14 @@
-"""Messages a solution forges from its worker process cannot decide a verdict.
+"""Messages a solution forges from inside its worker cannot decide a verdict.
 
-Solution code runs in its worker and can reach the worker's queues (by walking stack
-frames). Each worker has its own queues, the scheduler takes verdicts only from the
-verifier's, and the verifier takes requests only from the scheduler: a verdict posted by
-the worker is never read. What a worker sends the verifier is unpickled with only the
-globals of tensors, so an object whose ``__reduce__`` runs code is refused, not run; and
-timed outputs that are not plain tensors are refused in the worker before sending."""
+Solution code runs in the worker and can reach everything there: the Worker object (by
+walking the garbage collector) and its socket to the referee. Whatever it sends is data
+the referee validates against the closed protocol (``protocol.py``): a worker can only
+report a failure of its own solution, never that anything passed, and nothing it sends is
+unpickled. Each forgery ends its own case with ``protocol_violation``, and the referee
+still judges the next solution right (``zeros`` after it is caught as trivial output).
+"""
 
+import pytest
 from candidates import ROOT, candidates_request, write_candidate
 
 from inference_kernels.dataset.layout import load_dataset
@@ -22,37 +24,77 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     return torch.zeros_like(out), torch.zeros_like(new_state)
 """
 
-FORGE = """import sys
+SEND = """import gc
+import pickle
+import struct
 
 import torch
 
 from .honest import decode
 
 
+def _worker():
+    return next(o for o in gc.get_objects() if type(o).__name__ == "Worker")
+
+
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
-    frame = sys._getframe(1)
-    while frame.f_code.co_name != "run_case":
-        frame = frame.f_back
-    worker, case = frame.f_locals["self"], frame.f_locals["case"]
-    worker.results.put(
-        {"op": "verified", "case_id": case, "status": "passed", "error": None, "outputs": {}}
-    )
+    channel = _worker().channel
+    FORGE
     out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
     return torch.zeros_like(out), torch.zeros_like(new_state)
 """
 
-PAYLOAD = """PATCH = (
-    "import inference_kernels.judge.verifier as v, inference_kernels.acceptance as a\\n"
-    "v.compare = lambda actual, expected, tolerance: a.OutputVerdict('passed')\\n"
-)
+FORGERIES = {
+    # a verdict of its own
+    "verdict": 'channel.send({"op": "verdict", "status": "passed"})',
+    # the answer the referee waits for, with a status field the protocol has not got
+    "checked_passed": 'channel.send({"op": "checked", "status": "passed"})',
+    # a failure report whose status is not a failure
+    "failed_passed": 'channel.send({"op": "failed", "status": "passed", "error": ""})',
+    # a pickle whose unpickling would run code, framed as a message
+    "pickle": (
+        "body = pickle.dumps(Exception('x'));"
+        " channel.sock.sendall(struct.pack('<II', len(body), 0) + body)"
+    ),
+    # a frame announcing more JSON than any message may hold
+    "huge": "channel.sock.sendall(struct.pack('<II', 1 << 31, 0))",
+}
 
 
-class Payload:
+def _judge(tmp_path, candidates, validation_only):
+    request = candidates_request(tmp_path, candidates, validation_only=validation_only, timeout=30)
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    return {r["solution"]: (r["status"], r.get("error")) for r in rows if r.get("uuid")}
+
+
+@pytest.fixture(scope="module")
+def forged(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("forged")
+    candidates = [
+        write_candidate(folder, name, SEND.replace("FORGE", code))
+        for name, code in FORGERIES.items()
+    ]
+    candidates.append(write_candidate(folder, "zeros", ZEROS))
+    return _judge(folder, candidates, validation_only=True)
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_a_forged_message_ends_its_own_case_as_a_protocol_violation(forged, name):
+    status, error = forged[name]
+    assert status == "protocol_violation", error
+    assert "the worker sent a message the judge refuses" in error
+
+
+def test_the_referee_still_judges_after_the_forgeries(forged):
+    assert forged["zeros"][0] == "trivial_output"
+
+
+PAYLOAD = """class Payload:
     def __reduce__(self):
-        return (exec, (PATCH, {}))
+        return (exec, ("import os; os._exit(9)", {}))
 """
 
-PATCH_VERIFIER = (
+NOT_TENSORS_WHEN_TIMED = (
     """from .honest import decode
 
 """
@@ -66,85 +108,15 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     _calls[0] += 1
     if _calls[0] == 1:  # the checked call is honest
         return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
-    return Payload(), Payload()  # timed calls: unpickled by the verifier
+    return Payload(), Payload()  # timed calls: objects that would run code if unpickled
 """
 )
 
 
-def _judge(tmp_path, candidates, validation_only):
-    request = candidates_request(tmp_path, candidates, validation_only=validation_only, timeout=30)
-    rows = judge(load_dataset(ROOT / "dataset"), request)
-    return {r["solution"]: r["status"] for r in rows if r.get("uuid")}
-
-
-def test_a_solution_cannot_post_its_own_verdict(tmp_path):
-    forge = write_candidate(tmp_path, "forge", FORGE)
-    # Its outputs are zeros (trivial_output); it passed with the verdict it posted.
-    assert _judge(tmp_path, [forge], validation_only=True) == {"forge": "trivial_output"}
-
-
-def test_a_timed_output_cannot_run_code_in_the_verifier(tmp_path):
-    patch = write_candidate(tmp_path, "patch_verifier", PATCH_VERIFIER)
+def test_timed_outputs_that_are_not_tensors_are_the_solutions_failure(tmp_path):
+    payload = write_candidate(tmp_path, "payload", NOT_TENSORS_WHEN_TIMED)
     zeros = write_candidate(tmp_path, "zeros", ZEROS)
-    outcome = _judge(tmp_path, [patch, zeros], validation_only=False)
-    # zeros, judged after patch_verifier by the same verifier, passed; so did patch_verifier,
-    # whose timed calls returned no tensors at all.
-    assert outcome["zeros"] == "trivial_output", outcome
-    assert outcome["patch_verifier"] != "passed", outcome
-
-
-FOREIGN_TIMED_OUTPUT = """from .honest import decode
-
-
-class Lazy:
-    pass
-
-
-_calls = [0]
-
-
-def run(q, k, v, state, A_log, a, dt_bias, b, scale):
-    _calls[0] += 1
-    if _calls[0] == 1:  # the checked call is honest
-        return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
-    return Lazy(), Lazy()  # timed calls: objects of a class only the worker can import
-"""
-
-
-def test_a_timed_output_the_verifier_cannot_unpickle_is_blamed_on_the_solution(tmp_path):
-    """The verifier's ``queue.get()`` (outside its try) raises ModuleNotFoundError for
-    ``_ik_solution_*.main.Lazy``; the verifier dies and the case reads reference_error
-    ("the reference could not produce the expected outputs") instead of a solution failure."""
-    foreign = write_candidate(tmp_path, "foreign", FOREIGN_TIMED_OUTPUT)
-    outcome = _judge(tmp_path, [foreign], validation_only=False)
-    assert outcome["foreign"] not in ("passed", "reference_error"), outcome
-
-
-PAYLOAD_SENT_DIRECTLY = (
-    """import sys
-
-from .honest import decode
-
-"""
-    + PAYLOAD
-    + """
-
-def run(q, k, v, state, A_log, a, dt_bias, b, scale):
-    frame = sys._getframe(1)
-    while frame.f_code.co_name != "run_case":
-        frame = frame.f_back
-    worker, case = frame.f_locals["self"], frame.f_locals["case"]
-    worker.verify.put({"op": "verify", "case_id": case, "stage": "check",
-                       "outputs": [Payload(), Payload()], "inputs": {}})
-    return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
-"""
-)
-
-
-def test_a_payload_put_on_the_verify_queue_is_refused_not_run(tmp_path):
-    sent = write_candidate(tmp_path, "payload_sent_directly", PAYLOAD_SENT_DIRECTLY)
-    zeros = write_candidate(tmp_path, "zeros", ZEROS)
-    outcome = _judge(tmp_path, [sent, zeros], validation_only=True)
-    # The verifier refused the payload (the forged message came first), and it still
-    # compares: zeros, judged after by the same verifier, is caught.
-    assert outcome == {"payload_sent_directly": "type_mismatch", "zeros": "trivial_output"}
+    outcome = _judge(tmp_path, [payload, zeros], validation_only=False)
+    assert outcome["payload"][0] == "timed_output_mismatch", outcome
+    assert "not a plain torch.Tensor" in outcome["payload"][1]
+    assert outcome["zeros"][0] == "trivial_output", outcome

@@ -1,4 +1,4 @@
-"""A reference that hangs (or kills its verifier) is waited for once per workload, not
+"""A reference that hangs (or kills its referee) is waited for once per workload, not
 once per solution: the failed reply is reused for the workload's other solutions (it was
 retried for each, every time waiting the whole reference timeout)."""
 
@@ -32,7 +32,7 @@ def test_a_hanging_reference_is_waited_for_once_per_workload(dataset_copy, tmp_p
     job = Job(dataset.definitions[DEFINITION], workload, dataset.tasks[DEFINITION],
               [baseline, *others])  # fmt: skip
     cache = tmp_path / "cache"
-    options = Options(data_root=dataset_copy, cache=cache, logs=cache / "logs", timeout=30,
+    options = Options(data_root=dataset_copy, cache=cache, folder=tmp_path / "run", timeout=30,
                       reference_timeout=4, validation_only=True)  # fmt: skip
     writer = ResultWriter(None)
     began = time.monotonic()

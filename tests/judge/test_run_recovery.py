@@ -144,7 +144,7 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
     while time.monotonic() < deadline and not (report.exists() and case_rows(report)):
         time.sleep(0.2)
     children = [pid for pid in _children(process.pid) if _running(pid)]
-    assert len(children) >= 2  # the verifier and the solution worker (and a resource tracker)
+    assert len(children) >= 1  # the referee (and a resource tracker); its workers are below it
     process.send_signal(signal.SIGTERM)
     os.killpg(process.pid, signal.SIGTERM)
     assert process.wait(timeout=60) == 143
@@ -154,8 +154,8 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
 
 
 def test_a_crash_on_one_workload_costs_only_its_own_rows(tmp_path):
-    """A crash restarts the verifier on fresh queues; the other solution's worker, kept
-    from the first workload, must not answer on the old ones (it did, and timed out)."""
+    """A crash once restarted the verifier on fresh queues, and the other solution's worker,
+    kept from the first workload, answered on the old ones (it timed out)."""
     task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
     first, second = task["dev"][:2]
     crash = write_candidate(tmp_path, "crash", (SOLUTIONS / "crash.py").read_text())

@@ -23,7 +23,7 @@ _calls = [0]
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     _calls[0] += 1
-    if _calls[0] <= 2:  # the checked call and the call that sizes the schedule
+    if _calls[0] == 1:  # the checked call
         return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
     return None
 """
@@ -35,7 +35,7 @@ _calls = [0]
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
     _calls[0] += 1
-    if _calls[0] > 2:
+    if _calls[0] > 1:
         raise RuntimeError("out of resources in the timed calls")
     return decode(q, k, v, state, A_log, a, dt_bias, b, scale)
 """
@@ -55,8 +55,9 @@ def _row(tmp_path, name, main, timeout=30):
 )
 def test_timed_calls_that_return_nothing_do_not_pass(tmp_path, name, main, method):
     row = _row(tmp_path, name, main)
-    # It passed, and its time is that of the calls that returned nothing.
-    assert row["status"] != "passed", (row["status"], case_time(row), row["timing"][method])
+    # It passed, and its time was that of the calls that returned nothing.
+    assert row["status"] == "timed_output_mismatch", (row["status"], case_time(row))
+    assert f"{method} call returned no outputs" in row["error"]
 
 
 def test_timed_calls_that_raise_are_a_timing_error(tmp_path):
@@ -80,8 +81,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 
 
 def test_timed_outputs_that_cannot_be_sent_are_not_a_timeout(tmp_path):
-    """The verify message fails to pickle in the worker's queue feeder thread, which only
-    prints the error: the message is lost, the verifier never answers, and the case waits
-    the whole --timeout (600 s by default) and reads "timeout" (the worker did not hang)."""
+    """Outputs that are not tensors once failed to pickle in the worker's queue feeder
+    thread: the message was lost and the case waited the whole --timeout."""
     row = _row(tmp_path, "unpicklable_when_timed", UNPICKLABLE_WHEN_TIMED, timeout=5)
-    assert row["status"] not in ("passed", "timeout"), (row["status"], row.get("error"))
+    assert row["status"] == "timed_output_mismatch", (row["status"], row.get("error"))

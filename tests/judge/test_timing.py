@@ -1,52 +1,80 @@
 import time
 
+import pytest
 import torch
 
 from inference_kernels.judge import timing
-from inference_kernels.judge.guards import aliased_inputs, make_copies, perturb, poison
+from inference_kernels.judge.fresh import Fresh
+from inference_kernels.judge.guards import aliased_inputs
+from inference_kernels.judge.sampling import MAX_CALLS, SAMPLE_MIN_SECONDS, plan
+from inference_kernels.judge.sets import InputSets
+
+TASK = {"warmup": 10, "iters": 20, "trials": 7}
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
 
 
-def test_schedule_shortens_slow_calls_but_keeps_three_trials():
-    task = {"warmup": 10, "iters": 20, "trials": 7}
-    cuda = torch.device("cuda")
-    assert timing.schedule(task, 1e-5, cuda) == (10, 20, 7)
-    assert timing.schedule(task, 0.01, cuda) == (10, 10, 7)
-    assert timing.schedule(task, 2.0, cuda) == (1, 1, 3)
-    assert timing.schedule(task, 0.5, torch.device("cpu")) == (1, 1, 3)
-    assert timing.schedule(task, 5.0, torch.device("cpu")) == (1, 1, 1)
+def test_plan_shortens_slow_calls_lengthens_fast_ones_and_keeps_three_trials():
+    assert plan(TASK, 0.01, CUDA, 1000, False).__dict__ == {"warmup": 10, "iters": 10, "trials": 7}
+    assert plan(TASK, 2.0, CUDA, 1000, False).__dict__ == {"warmup": 1, "iters": 1, "trials": 3}
+    # A 5 us call: samples long enough that the outside check's allowance is small in them.
+    assert plan(TASK, 5e-5, CUDA, 10_000, False).iters * 5e-5 >= SAMPLE_MIN_SECONDS["cuda"]
+    assert plan(TASK, 5e-6, CUDA, 10_000, False).iters == MAX_CALLS
+    assert plan(TASK, 5e-6, CUDA, 64, False).iters == 64  # no more calls than input sets
+    assert plan(TASK, 1e-4, CUDA, 1000, True).iters == 1  # cold L2: one call per sample
+    assert plan(TASK, 0.5, CPU, 1000, False).__dict__ == {"warmup": 1, "iters": 1, "trials": 3}
+    assert plan(TASK, 5.0, CPU, 1000, False).__dict__ == {"warmup": 1, "iters": 1, "trials": 1}
 
 
-def test_copies_are_fresh_and_perturbed_by_about_one_ulp():
-    x = torch.linspace(1, 2, 1000).bfloat16()
+def test_fresh_windows_stay_in_range_differ_everywhere_and_keep_integers():
+    x = torch.linspace(-2, 3, 5000).bfloat16().reshape(50, 100)
     ids = torch.arange(10)
-    sets = make_copies([x, ids, 0.5], 3)
-    assert torch.equal(sets[0][0], x) and sets[0][0].data_ptr() != x.data_ptr()
-    for copy in sets[1:]:
-        assert copy[0].data_ptr() != x.data_ptr() and torch.equal(copy[1], ids)
-        changed = copy[0].float() != x.float()
-        assert changed.float().mean() > 0.95
-        assert torch.allclose(copy[0].float(), x.float(), rtol=2**-6)
-    assert not torch.equal(sets[1][0], sets[2][0])
-    shared = make_copies([x, ids], 2, share_integers=True)
-    assert shared[1][1] is ids and shared[1][0] is not x
+    fresh = Fresh([x, ids, 0.5])
+    assert set(fresh.pools) == {0}  # only the floating input gets a pool
+    first, second = fresh.offsets(), fresh.offsets()
+    a, b = fresh.inputs(first), fresh.inputs(second)
+    assert a[1] is ids and a[2] == 0.5
+    assert a[0].shape == x.shape and a[0].dtype == torch.bfloat16
+    assert float(a[0].float().min()) >= -2 and float(a[0].float().max()) <= 3
+    if first != second:
+        assert (a[0] != b[0]).float().mean() > 0.9
+    assert (a[0] != x).float().mean() > 0.9  # nothing like the pristine values
+    assert torch.equal(fresh.inputs(first)[0], a[0])  # a window is what its offsets say
 
 
-def test_perturbation_in_chunks_reaches_every_chunk(monkeypatch):
-    from inference_kernels.judge import guards
-
-    monkeypatch.setattr(guards, "_CHUNK", 64)  # 1000 elements: 16 chunks, the last partial
-    x = torch.linspace(1, 2, 1000).bfloat16().reshape(10, 100)
-    moved = perturb(x, 1)
-    assert moved.shape == x.shape and moved.dtype == torch.bfloat16
-    ulps = (moved.view(torch.int16).int() - x.view(torch.int16).int()).abs()
-    assert int(ulps.max()) <= 2  # a relative move of 2^-7: one or two bf16 ulps
-    for chunk in ulps.view(-1).split(64):
-        assert chunk.float().mean() > 0.9  # every chunk moved, not only the first
+def test_two_workloads_never_share_pools():
+    x = torch.randn(1000)
+    assert not torch.equal(Fresh([x]).pools[0], Fresh([x]).pools[0])
 
 
-def test_integer_inputs_are_never_perturbed():
-    values = torch.tensor([1, -1, 7], dtype=torch.int32)
-    assert torch.equal(perturb(values, 5), values)
+def test_sets_are_refreshed_and_writes_into_any_of_them_are_seen():
+    x = torch.randn(4, 8).bfloat16()
+    ids = torch.arange(4, dtype=torch.int32)
+    fresh = Fresh([x, ids, 2.0])
+    sets = InputSets([x, ids, 2.0], ["x", "ids", "s"], 3, CPU)
+    slots = [fresh.offsets() for _ in range(3)]
+    sets.refresh(slots, fresh)
+    for j, offsets in enumerate(slots):
+        assert torch.equal(sets.views[0][j], fresh.window(0, offsets[0]))
+        assert torch.equal(sets.views[1][j], ids)
+    assert sets.changed(slots, fresh) == []
+    sets.views[1][2][0] = 99  # an integer input written in set 2
+    sets.views[0][1].view(-1)[5] += 1  # a floating one in set 1
+    assert sets.changed(slots, fresh) == ["ids", "x"]
+    assert sets.changed(slots[:1], fresh) == []
+    message, fds = sets.message("sets")
+    assert message["count"] == 3 and message["shared"] == [False, False, False]
+    assert message["inputs"][2] == {"value": 2.0} and len(fds) == 2
+
+
+def test_shared_integer_inputs_are_one_copy_for_all_sets():
+    x, ids = torch.randn(16), torch.arange(1000)
+    sets = InputSets([x, ids], ["x", "ids"], 4, CPU, share_integers=True)
+    assert sets.views[1].shape[0] == 1 and sets.views[0].shape[0] == 4
+    assert sets.changed([{}] * 4, None) == []  # every set holds the pristine values
+    sets.views[1][0][999] = -1  # the one shared copy of ids
+    assert sets.changed([{}], None) == ["ids"]
+    message, _ = sets.message("sets")
+    assert message["shared"] == [False, True]
 
 
 def test_aliasing_finds_views_of_inputs():
@@ -55,23 +83,21 @@ def test_aliasing_finds_views_of_inputs():
     assert aliased_inputs([a.clone()], [a, b], ["a", "b"]) == []
 
 
-def test_poison_marks_every_output():
-    f, i, flags = (
-        torch.zeros(3),
-        torch.zeros(3, dtype=torch.int32),
-        torch.zeros(2, dtype=torch.bool),
-    )
-    poison([f, i, flags])
-    assert torch.isnan(f).all() and (i == -1).all() and flags.all()
+def test_cpu_samples_time_each_slot_once_and_keep_their_outputs():
+    calls = []
+    us, host, outputs = timing.sample([lambda i=i: calls.append(i) or i for i in range(4)], CPU)
+    assert calls == [0, 1, 2, 3] and outputs == [0, 1, 2, 3]
+    assert us >= 0 and host is None
 
 
-def test_suspect_when_the_host_waited_far_longer_than_the_stream():
-    honest = timing.Measurement("cuda-events", 100.0, 90, 110, 5, 20, host_median_us=105.0)
-    hidden = timing.Measurement("cuda-events", 5.0, 4, 6, 1, 20, host_median_us=100.0)
-    assert not timing.suspect(honest) and timing.suspect(hidden)
-
-
-def test_preheat_loads_only_a_cuda_device():
+def test_the_gpu_load_runs_only_on_a_cuda_device():
     began = time.perf_counter()
-    assert timing.preheat(torch.device("cpu"), seconds=5.0) == 0.0
+    assert timing.load(CPU, seconds=5.0) == 0.0
     assert time.perf_counter() - began < 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float32, torch.float16])
+def test_pools_of_every_floating_dtype(dtype):
+    x = (torch.rand(300) * 4 - 2).to(dtype)
+    window = Fresh([x]).inputs({0: 7})[0]
+    assert window.dtype == dtype and torch.isfinite(window.float()).all()

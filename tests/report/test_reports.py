@@ -7,6 +7,7 @@ from inference_kernels.cli import app
 from inference_kernels.report.compare import comparison
 from inference_kernels.report.summary import performance_markdown, preferred, summary
 from inference_kernels.report.tables import solution_table
+from inference_kernels.signing import sign_row
 
 
 def case(solution, uuid, status="passed", graph=None, eager=None, definition="d"):
@@ -93,15 +94,20 @@ def test_preferred_takes_the_fastest_solution_that_passed_everything_it_ran():
     assert choice["solution"] == "complete"  # it covers the most workloads
 
 
+def signed(rows):
+    return "".join(json.dumps(sign_row(row)) + "\n" for row in rows)
+
+
 def test_results_files_are_validated_row_by_row(tmp_path):
     from inference_kernels.errors import DatasetError
     from inference_kernels.report.rows import read_rows
 
     path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
-    assert read_rows(path) == ROWS
+    path.write_text(signed(ROWS))
+    rows, dropped = read_rows(path)
+    assert [{k: v for k, v in r.items() if k != "mac"} for r in rows] == ROWS and dropped == 0
     damaged = [*ROWS[:2], {**ROWS[2], "status": None}]
-    path.write_text("".join(json.dumps(row) + "\n" for row in damaged))
+    path.write_text(signed(damaged))
     with pytest.raises(DatasetError) as caught:
         read_rows(path)
     problem = caught.value.problem
@@ -111,9 +117,25 @@ def test_results_files_are_validated_row_by_row(tmp_path):
         read_rows(path)
 
 
+def test_rows_that_fail_their_mac_are_dropped_and_counted(tmp_path):
+    from inference_kernels.report.rows import read_rows
+
+    path = tmp_path / "results.jsonl"
+    forged = json.loads(signed([case("fast", "w3", status="mismatch")]))
+    forged["status"] = "passed"  # edited after signing
+    unsigned = case("fast", "w4", graph=1.0)
+    path.write_text(signed(ROWS) + json.dumps(forged) + "\n" + json.dumps(unsigned) + "\n")
+    rows, dropped = read_rows(path)
+    assert dropped == 2 and len(rows) == len(ROWS)
+    result = CliRunner().invoke(app, ["summary", str(path), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 0
+    assert "dropped 2 row(s) that fail authentication" in result.output
+    assert json.loads((tmp_path / "s/summary.json").read_text())["cases"] == len(ROWS) - 1
+
+
 def test_compare_and_preferred_commands_label_stand_in_inputs(tmp_path):
     results = tmp_path / "results.jsonl"
-    results.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    results.write_text(signed(ROWS))
     runner = CliRunner()
     compared = runner.invoke(
         app, ["compare", str(results), "--against", "base"], terminal_width=200

@@ -30,7 +30,7 @@ from .common import (
 
 
 def _exit_on_sigterm(*_) -> None:
-    """A SIGTERM (a scheduler's time limit) unwinds like Ctrl-C, so the worker and verifier
+    """A SIGTERM (a scheduler's time limit) unwinds like Ctrl-C, so the referee and worker
     processes are stopped with the run instead of holding the GPU after it. Later ones are
     ignored: GNU ``timeout`` signals the run and then its whole process group, and a second
     exit raised while the first unwinds prints a traceback."""
@@ -77,14 +77,26 @@ def run(
         bool, typer.Option("--cold-l2", help="Time single calls after flushing 2x the L2 size.")
     ] = False,
     cache: Annotated[
-        Path | None, typer.Option(help="Solution packages, reference outputs and worker logs.")
+        Path | None,
+        typer.Option(help="Reference outputs (kept between runs), solution packages, logs."),
     ] = None,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--no-sandbox",
+            help="Run solutions without the bubblewrap sandbox. Only for code you trust: "
+            "unisolated, a solution can read the references and rewrite any verdict.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Judge solutions on workloads: correctness under the task's tolerance, then timing."""
+    """Judge solutions on workloads: correctness under the task's tolerance, then timing.
+
+    Every solution runs in a bubblewrap sandbox (see the README's threat model); without
+    bwrap the run refuses to start unless --no-sandbox is given."""
     import torch
 
-    from ..judge.session import Request, judge
+    from ..judge.session import NoSandbox, Request, judge
     from ..report.tables import solution_table
 
     if device not in ("cpu", "cuda", "auto"):
@@ -113,6 +125,7 @@ def run(
         timeout=timeout,
         data_root=data_root,
         cache=cache,
+        sandbox=not no_sandbox,
     )
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with _progress(transient=True) as progress:
@@ -129,8 +142,15 @@ def run(
 
         try:
             rows = judge(loaded, request, on_row, lambda n: progress.update(bar, total=n))
-        except DatasetError as error:
+        except (DatasetError, NoSandbox) as error:
             _fail(str(error))
+    environment = next((r for r in rows if r.get("type") == "environment"), {})
+    if environment.get("dropped_rows"):
+        errors.print(
+            f"[yellow]warning:[/yellow] {report}: dropped {environment['dropped_rows']} earlier "
+            "row(s) that fail authentication; their cases were judged again",
+            highlight=False,
+        )
     baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
     table = solution_table(rows, baselines)
     failed = sum(sum(entry["failed"].values()) for entry in table)
@@ -192,12 +212,16 @@ def _baselines(dataset: Path | None) -> dict[str, str]:
 
 
 def _read(path: Path) -> list[dict]:
-    from ..report.rows import read_rows
+    """The signed rows of ``path``; rows that fail their MAC are dropped, in one line."""
+    from ..report.rows import dropped_note, read_rows
 
     try:
-        return read_rows(path)
+        rows, dropped = read_rows(path)
     except DatasetError as error:
         _fail(str(error))
+    if dropped:
+        errors.print(f"[yellow]warning:[/yellow] {dropped_note(path, dropped)}", highlight=False)
+    return rows
 
 
 @app.command()

@@ -1,45 +1,31 @@
-"""A lane: one device's verifier and solution workers, judging one workload at a time.
+"""A lane: one device's referee, judging one workload at a time.
 
-Its verifier prepares the pristine inputs and reference outputs, then each solution's
-worker (started on first use, replaced after a crash or a hang) runs the case. Each
-stage waits with a deadline and watches the processes, so a crash, a hang or a load
-failure costs that case's row, never the run. After a crash or a hang the verifier and
-the workers start again on fresh queues (``processes.py``).
+The lane runs in a thread of the judge's main process. It starts the device's referee
+(``referee.py``, a trusted process that never runs solution code), hands it each
+workload and then each solution's case in turn, and turns its answers into rows. A
+referee that dies or hangs costs the case it was on (``reference_error``) and is started
+again; a lane never reads anything a worker sent.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch.multiprocessing as mp
+
 from ..schema import CaseRow, Solution
-from . import statuses, verifier, worker
-from .processes import (
-    GuardedQueue,
-    Inbox,
-    Process,
-    context,
-    failure,
-    no_globals,
-    spawn,
-    stop,
-    tensor_globals,
-)
-from .results import ResultWriter
+from . import referee, statuses
+from .results import ResultWriter, digest
 
 if TYPE_CHECKING:
     from .scheduler import Job, Options
 
-
-def digest(model) -> str:
-    return hashlib.sha256(
-        json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
-    ).hexdigest()
+context = mp.get_context("spawn")
 
 
 @dataclass
@@ -48,129 +34,100 @@ class Lane:
     options: Options
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
-    solution_names: list[str] = field(default_factory=list)  # every solution this lane may run
-    verdicts: Inbox | None = field(default=None, init=False)  # from the verifier
-    control: Any = field(default=None, init=False)  # to the verifier
-    data: dict[str, GuardedQueue] = field(default_factory=dict, init=False)  # worker -> verifier
-    verifier_process: Process | None = field(default=None, init=False)
-    workers: dict[str, Process] = field(default_factory=dict, init=False)
-    serial: int = field(default=0, init=False)
-    prepared: Job | None = field(default=None, init=False)
-    prepared_reply: dict = field(default_factory=dict, init=False)
+    process: Any = field(default=None, init=False)
+    requests: Any = field(default=None, init=False)
+    replies: Any = field(default=None, init=False)
+    prepared: dict[str, Any] = field(default_factory=dict, init=False)
 
-    # ------------------------------------------------------------------ processes
+    def _log(self) -> Path:
+        self.options.folder.joinpath("logs").mkdir(parents=True, exist_ok=True)
+        return self.options.folder / "logs" / f"{self.device.replace(':', '')}-referee.log"
 
-    def _log(self, name: str) -> Path:
-        self.options.logs.mkdir(parents=True, exist_ok=True)
-        return self.options.logs / f"{self.device.replace(':', '')}-{name}.log"
-
-    def _start_verifier(self) -> None:
-        """A verifier with fresh queues (a killed process can leave a queue broken): one
-        from the scheduler, one to it, and one from each solution's worker. Workers still
-        running hold the old queues, so they are stopped too."""
-        self._retire_workers(set())
-        self.verdicts, self.control = Inbox(), context.Queue()
-        self.data = {name: GuardedQueue(tensor_globals) for name in self.solution_names}
-        args = (
-            self.device,
-            self.control,
-            self.data,
-            self.verdicts.results,
-            str(self.options.cache),
+    def _start(self) -> None:
+        self.requests, self.replies = context.Queue(), context.Queue()
+        settings = {
+            "folder": str(self.options.folder),
+            "cache": str(self.options.cache),
+            "sandbox": self.options.sandbox,
+            "timeout": self.options.timeout,
+            "validation_only": self.options.validation_only,
+            "cold_l2": self.options.cold_l2,
+        }
+        self.process = context.Process(
+            target=referee.main,
+            args=(self.device, self.requests, self.replies, settings, str(self._log())),
+            daemon=True,
         )
-        self.verifier_process = spawn(verifier.main, args, self._log("verifier"))
-        self.verdicts.wait(lambda m: m["op"] == "hello", 300, [self.verifier_process])
+        self.process.start()
+        self._wait("hello", 300)
 
-    def _worker(self, job: Job, solution: Solution) -> Process:
-        handle = self.workers.get(solution.name)
-        if handle is not None and (handle.process.is_alive() or not handle.loaded.get("ok")):
-            return handle  # running, or failed to load: a failed load is not retried per case
-        inbox = Inbox(results=GuardedQueue(no_globals))
-        commands = context.Queue()
-        args = (
-            self.device,
-            commands,
-            self.data[solution.name],
-            inbox.results,
-            job.definition.model_dump_json(),
-            solution.model_dump_json(),
-            str(self.options.cache),
-        )
-        log = self._log(f"worker-{hashlib.sha256(solution.name.encode()).hexdigest()[:10]}")
-        handle = spawn(worker.main, args, log, commands)
-        handle.inbox = inbox
-        reply = inbox.wait(lambda m: m["op"] == "loaded", self.options.timeout, [handle])
-        if isinstance(reply, dict):
-            handle.loaded = reply
-        else:  # a load that hangs is stopped, so that it holds nothing while others run
-            handle.loaded = {"ok": False, "error": failure(reply, self.options.timeout)}
-            stop(handle)
-        self.workers[solution.name] = handle
-        return handle
-
-    def _stop_verifier(self) -> None:
-        stop(self.verifier_process)
-        self.verifier_process = None
+    def _stop(self) -> None:
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(timeout=10)
+        self.process = None
 
     def close(self) -> None:
-        self._retire_workers(set())
-        if self.verifier_process is not None:
-            self.control.put({"op": "exit"})
-            self.verifier_process.process.join(timeout=10)
-            self._stop_verifier()
+        if self.process is not None and self.process.is_alive():
+            self.requests.put({"op": "exit"})
+            self.process.join(timeout=60)
+        self._stop()
 
-    # ------------------------------------------------------------------ work
+    def _wait(self, op: str, seconds: float) -> dict[str, Any]:
+        """The referee's answer, or a failure when it dies or hangs (then it is stopped)."""
+        waited = 0.0
+        while waited < seconds:
+            try:
+                reply = self.replies.get(timeout=1.0)
+            except queue.Empty:
+                waited += 1.0
+                if not self.process.is_alive():
+                    code = self.process.exitcode
+                    self._stop()
+                    return _failure(f"the referee process died (exit code {code})")
+                continue
+            if reply.get("op") == op:
+                return reply
+        self._stop()
+        return _failure(f"the referee gave no answer within {seconds:.0f} s")
 
-    def _prepare(self, job: Job) -> dict:
-        """Pristine inputs and reference outputs of ``job`` in a live verifier. A reference
-        that failed is not tried again for the job's other solutions."""
-        if self.prepared is job and (
-            self.verifier_process is not None or not self.prepared_reply.get("ok")
-        ):
-            return self.prepared_reply
-        if self.verifier_process is None or not self.verifier_process.process.is_alive():
-            self._start_verifier()
-        self.control.put(
-            {
-                "op": "prepare",
-                "definition": job.definition.model_dump_json(),
-                "workload": job.workload.model_dump(mode="json"),
-                "capture": job.capture.model_dump(mode="json") if job.capture else None,
-                "data_root": str(self.options.data_root),
-                "tolerance": job.task.tolerance.model_dump(),
-                "canary": not self.options.validation_only,
-            }
-        )
-        reply = self.verdicts.wait(
-            lambda m: m["op"] == "prepared", self.options.reference_timeout, [self.verifier_process]
-        )
-        if not isinstance(reply, dict):
-            error = "verifier: " + failure(reply, self.options.reference_timeout)
-            self._stop_verifier()
-            reply = {"ok": False, "status": statuses.REFERENCE_ERROR, "error": error}
-        self.prepared, self.prepared_reply = job, reply
-        return reply
-
-    def _retire_workers(self, keep: set[str]) -> None:
-        """Stop the workers of solutions the next job does not use (their memory goes too)."""
-        for name in [name for name in self.workers if name not in keep]:
-            handle = self.workers.pop(name)
-            if handle.process.is_alive() and handle.commands is not None:
-                handle.commands.put({"op": "exit"})
-                handle.process.join(timeout=5)
-            stop(handle)
+    def _ask(self, request: dict[str, Any], op: str, seconds: float) -> dict[str, Any]:
+        if self.process is None or not self.process.is_alive():
+            self._stop()
+            self._start()
+        self.requests.put(request)
+        return self._wait(op, seconds)
 
     def run_job(self, job: Job) -> None:
-        self._retire_workers({solution.name for solution in job.solutions})
+        request = {
+            "op": "prepare",
+            "definition": job.definition.model_dump_json(),
+            "workload": job.workload.model_dump(mode="json"),
+            "capture": job.capture.model_dump(mode="json") if job.capture else None,
+            "data_root": str(self.options.data_root),
+            "tolerance": job.task.tolerance.model_dump(),
+            "timing": job.task.timing.model_dump(),
+            "solutions": [solution.name for solution in job.solutions],
+        }
+        prepared = None
         for solution in job.solutions:
             row = self._row(job, solution)
             started = time.monotonic()
-            prepared = self._prepare(job)
+            if prepared is None or (prepared.get("ok") and self.process is None):
+                prepared = self._ask(request, "prepared", self.options.reference_timeout)
             if not prepared.get("ok"):
                 row.status, row.error = prepared["status"], prepared["error"]
             else:
                 row.inputs, row.generator = prepared["inputs"], prepared["generator"]
-                self._judge(job, solution, row)
+                verdict = self._ask(
+                    {"op": "judge", "solution": solution.model_dump_json()},
+                    "judged",
+                    self.options.case_timeout,
+                )
+                row.status, row.error = verdict["status"], verdict.get("error")
+                row.outputs = verdict.get("outputs", {})
+                row.timing = verdict.get("timing", {})
             row.seconds = round(time.monotonic() - started, 3)
             self.writer.write(row)
             self.on_row(row)
@@ -190,87 +147,6 @@ class Lane:
             },
         )
 
-    def _judge(self, job: Job, solution: Solution, row: CaseRow) -> None:
-        handle = self._worker(job, solution)
-        if not handle.loaded.get("ok"):
-            row.status, row.error = statuses.LOAD_FAILED, handle.loaded.get("error")
-            return
-        self.serial += 1
-        case = f"{self.device}#{self.serial}"
-        handle.inbox.early.clear()  # what is left belongs to cases that have ended
-        self.verdicts.early.clear()
-        timing = job.task.timing.model_dump()
-        timing["cold_l2"] = self.options.cold_l2
-        handle.commands.put(
-            {
-                "op": "case",
-                "case_id": case,
-                "workload": job.workload.model_dump(mode="json"),
-                "capture": job.capture.model_dump(mode="json") if job.capture else None,
-                "data_root": str(self.options.data_root),
-                "timing": timing,
-            }
-        )
-        watch = [handle, self.verifier_process]
-        checked = self._stage(case, "checked", watch, row, handle)
-        if checked is None:
-            return
-        if checked["status"] != "sent":
-            row.status, row.error = checked["status"], checked.get("error")
-            return
-        verdict = self._verdict(case, "check", solution, watch, row, handle)
-        if verdict is None:
-            return
-        row.outputs = {"call": verdict.get("outputs", {}).get("call", {})}
-        if verdict["status"] != statuses.PASSED or self.options.validation_only:
-            row.status, row.error = verdict["status"], verdict.get("error")
-            handle.commands.put({"op": "skip"})
-            return
-        handle.commands.put({"op": "continue"})
-        timed = self._stage(case, "timed", watch, row, handle)
-        if timed is None:
-            return
-        row.timing = timed["timing"]
-        verdict = self._verdict(case, "timed", solution, watch, row, handle)
-        if verdict is None:
-            return
-        handle.commands.put({"op": "done"})
-        row.outputs.update({k: v for k, v in verdict.get("outputs", {}).items() if k != "call"})
-        if verdict["status"] != statuses.PASSED:
-            row.status, row.error = verdict["status"], verdict.get("error")
-        elif timed.get("error"):
-            row.status = timed.get("status", statuses.TIMING_ERROR)
-            row.error = timed["error"]
-        elif any(isinstance(t, dict) and t.get("suspect") for t in row.timing.values()):
-            row.status = statuses.TIMING_SUSPECT
-            row.error = "the host waited far longer than the timed stream: work outside the timer"
 
-    def _verdict(self, case: str, stage: str, solution: Solution, watch, row, handle):
-        """Ask the verifier to check what the worker sent for ``stage``; its verdict."""
-        self.control.put(
-            {"op": "verify", "case_id": case, "stage": stage, "solution": solution.name}
-        )
-        return self._stage(case, "verified", watch, row, handle, self.verdicts)
-
-    def _stage(
-        self, case: str, op: str, watch, row: CaseRow, handle: Process, inbox: Inbox | None = None
-    ) -> dict | None:
-        """The message ``op`` of ``case``: from the worker, or from ``inbox`` (verdicts)."""
-        outcome = (inbox or handle.inbox).wait(
-            lambda m: m.get("case_id") == case and m["op"] == op, self.options.timeout, watch
-        )
-        if isinstance(outcome, dict):
-            return outcome
-        kind, process = outcome
-        if process is self.verifier_process:
-            row.status = statuses.REFERENCE_ERROR
-            row.error = "verifier: " + failure(outcome, self.options.timeout)
-        else:
-            statuses_of = {"timeout": statuses.TIMEOUT, "refused": statuses.RUNTIME_ERROR}
-            row.status = statuses_of.get(kind, statuses.CRASHED)
-            row.error = failure(outcome, self.options.timeout)
-        stop(handle)
-        # The verifier may hold tensors of the dead worker, and the queues may be broken:
-        # the next case starts a fresh verifier (and workers) on fresh queues.
-        self._stop_verifier()
-        return None
+def _failure(error: str) -> dict[str, Any]:
+    return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": error}

@@ -1,10 +1,11 @@
-"""Load a solution: sources into a content-hashed package cache, then the entry point.
+"""Load a solution: its sources written as a package, then its entry point imported.
 
-A solution JSON's sources are written under ``<cache>/solutions/<sha256>/`` (the hash
-of the canonical JSON), a path that would leave that folder is refused, and the entry
-module is imported as part of that package so relative imports work. ``run`` (the
-entry point's function) and an optional ``prepare(*inputs) -> launch`` are returned
-after their signatures are checked against the definition.
+The referee writes a solution's sources into a fresh folder for each worker it starts
+(``write_package``: a path that would leave the folder is refused), which the worker's
+sandbox shows read-only and nothing else does. The worker imports the entry module as
+part of that package, so relative imports work (``load_package``); ``run`` and an
+optional ``prepare(*inputs) -> launch`` are returned after their signatures are checked
+against the definition.
 """
 
 from __future__ import annotations
@@ -39,17 +40,20 @@ def solution_hash(solution: Solution) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def write_package(solution: Solution, cache: Path) -> Path:
-    """Write the sources once into ``cache/solutions/<hash>/``; return that folder."""
-    package = (cache / "solutions" / solution_hash(solution)).resolve()
+def write_package(solution: Solution, package: Path) -> Path:
+    """Write the sources into the new folder ``package`` (readable by the sandbox's user,
+    0755/0644); return it."""
+    package = package.resolve()
+    package.mkdir(mode=0o755, parents=True)
     for source in solution.sources:
         target = (package / source.path).resolve()
         if not target.is_relative_to(package):
             raise SolutionLoadError(f"source path {source.path!r} escapes the package")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not target.exists() or target.read_text() != source.content:
-            target.write_text(source.content)
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        target.write_text(source.content)
     (package / "__init__.py").touch()
+    for path in [package, *package.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     return package
 
 
@@ -94,17 +98,22 @@ def _arity_problem(function: Callable[..., Any], count: int, what: str) -> str |
     return None
 
 
-def load_solution(solution: Solution, definition: Definition, cache: Path) -> LoadedSolution:
-    """Import the solution's entry point; raise SolutionLoadError with a one-line reason."""
+def usable(solution: Solution, definition: Definition) -> None:
+    """Raise SolutionLoadError when the solution cannot be loaded for this definition."""
     if solution.definition != definition.name:
         raise SolutionLoadError(
             f"solution {solution.name!r} is for {solution.definition!r}, not {definition.name!r}"
         )
     if solution.spec.language != "python":
         raise SolutionLoadError(f"language {solution.spec.language!r} is not supported yet")
-    package = write_package(solution, cache)
+
+
+def load_package(solution: Solution, definition: Definition, package: Path) -> LoadedSolution:
+    """Import the solution's entry point from ``package``; raise SolutionLoadError with a
+    one-line reason."""
+    usable(solution, definition)
     file, _, symbol = solution.spec.entry_point.partition("::")
-    module_name = f"_ik_solution_{package.name[:16]}"
+    module_name = f"_ik_solution_{solution_hash(solution)[:16]}"
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(
             module_name, package / "__init__.py", submodule_search_locations=[str(package)]

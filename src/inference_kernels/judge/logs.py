@@ -1,4 +1,4 @@
-"""Worker and verifier processes write what they print (Python and native) to a log file,
+"""Referee processes write what they print (Python and native) to a log file,
 whose tail goes into a row when the process dies."""
 
 from __future__ import annotations

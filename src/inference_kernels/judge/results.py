@@ -1,11 +1,13 @@
 """The results file: an environment row, then one row per (solution, workload) case.
 
-Rows are appended and flushed to disk one at a time, so a run killed at any moment
-loses at most the row being written; a torn last line is dropped on resume.
+Rows are signed (``signing.py``), appended and flushed to disk one at a time, so a run
+killed at any moment loses at most the row being written; a torn last line is dropped on
+resume, and so is any row whose MAC fails (the file is rewritten without them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -16,9 +18,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..errors import DatasetError
 from ..schema import CaseRow, EnvironmentRow
+from ..signing import key, row_verifies, sign_row
 
 Case = tuple[str, str, str | None]  # (definition, solution, uuid)
+
+
+def digest(model) -> str:
+    """sha256 of a model's canonical JSON: what a row says it was judged with."""
+    return hashlib.sha256(
+        json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
+    ).hexdigest()
 
 
 @dataclass
@@ -28,31 +39,50 @@ class Earlier:
 
     cases: dict[Case, dict] = field(default_factory=dict)
     environment: dict | None = None
+    rows: list[dict] = field(default_factory=list)  # every row, in order
+    dropped: int = 0  # rows whose MAC failed
 
 
 def earlier_rows(path: Path) -> Earlier:
-    """The rows already in ``path``. A row counts only when whole and ended by its newline;
-    from the first that is not (a row torn by a kill) the file is cut, so the resumed run
-    appends on a fresh line."""
+    """The signed rows already in ``path``. A row counts only when whole, ended by its
+    newline and verified by its MAC; from the first torn row (a kill) the file is cut, and
+    rows that fail their MAC are dropped from it, so that the resumed run appends to rows
+    this judge wrote. A report whose first environment row fails is refused."""
     earlier = Earlier()
     if not path.exists():
         return earlier
     text = path.read_text()
-    good = 0
-    for line in text.split("\n")[:-1]:  # the part after the last newline is unfinished
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if row.get("type") == "case":
-                earlier.cases[(row["definition"], row["solution"], row.get("uuid"))] = row
-            elif row.get("type") == "environment" and earlier.environment is None:
-                earlier.environment = row
-        good += len(line) + 1
-    if good < len(text):
-        with path.open("r+") as stream:
-            stream.truncate(good)
+    secret = key(create=False)
+    kept: list[str] = []
+    torn = False
+    for number, line in enumerate(text.split("\n")[:-1], 1):  # after the last newline: unfinished
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            torn = True
+            break
+        if not isinstance(row, dict) or not row_verifies(row, secret):
+            if not earlier.rows:
+                raise DatasetError(
+                    path,
+                    f"line {number}",
+                    "not signed by this judge's key (a report written elsewhere, or edited); "
+                    "resume only reports this judge wrote, or start another --report",
+                )
+            earlier.dropped += 1
+            continue
+        kept.append(line)
+        earlier.rows.append(row)
+        if row.get("type") == "case":
+            earlier.cases[(row["definition"], row["solution"], row.get("uuid"))] = row
+        elif row.get("type") == "environment" and earlier.environment is None:
+            earlier.environment = row
+    if torn or earlier.dropped or not text.endswith("\n"):
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text("".join(line + "\n" for line in kept))
+        os.replace(partial, path)
     return earlier
 
 
@@ -65,7 +95,7 @@ class ResultWriter:
             path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, row: CaseRow | EnvironmentRow) -> None:
-        data = row.model_dump(mode="json", exclude_none=True)
+        data = sign_row(row.model_dump(mode="json", exclude_none=True))
         with self.lock:
             self.rows.append(data)
             if self.path is None:

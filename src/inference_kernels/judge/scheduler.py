@@ -12,6 +12,7 @@ from pathlib import Path
 from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
 from .lane import Lane
 from .results import ResultWriter
+from .sandbox import Sandbox
 
 
 @dataclass
@@ -28,12 +29,18 @@ class Job:
 @dataclass
 class Options:
     data_root: Path
-    cache: Path
-    logs: Path
-    timeout: float = 600.0
+    cache: Path  # reference outputs, kept between runs
+    folder: Path  # this run's solution packages and logs
+    sandbox: Sandbox | None = None
+    timeout: float = 600.0  # for one answer of a worker
     reference_timeout: float = 1800.0
     validation_only: bool = False
     cold_l2: bool = False
+
+    @property
+    def case_timeout(self) -> float:
+        """For the referee's answer on one case: its worker's answers and the references."""
+        return 12 * self.timeout + self.reference_timeout
 
 
 def run_jobs(
@@ -42,14 +49,15 @@ def run_jobs(
     options: Options,
     writer: ResultWriter,
     on_row: Callable[[CaseRow], None] = lambda row: None,
+    before_job: Callable[[], None] = lambda: None,
 ) -> None:
-    """Judge every job, one lane per device. An error in a lane (writing a row, say) stops
-    all lanes taking new jobs and is raised here once they have closed."""
+    """Judge every job, one lane per device. ``before_job`` runs before each job (it checks
+    that the pinned files did not change). An error in a lane (writing a row, a changed
+    file) stops all lanes taking new jobs and is raised here once they have closed."""
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
-    names = sorted({solution.name for job in jobs for solution in job.solutions})
-    lanes = [Lane(device, options, writer, on_row, names) for device in devices]
+    lanes = [Lane(device, options, writer, on_row) for device in devices]
     errors: list[BaseException] = []
 
     def drain(lane: Lane) -> None:
@@ -59,6 +67,7 @@ def run_jobs(
                     job = pending.get_nowait()
                 except queue.Empty:
                     return
+                before_job()
                 lane.run_job(job)
         except BaseException as error:
             errors.append(error)

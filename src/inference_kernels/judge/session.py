@@ -8,8 +8,10 @@ error, so that a results file always accounts for what was asked.
 
 from __future__ import annotations
 
-import json
+import os
+import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +20,12 @@ from ..dataset.layout import Dataset
 from ..dataset.selection import Suite, select
 from ..errors import DatasetError
 from ..schema import CaseRow, Solution
+from ..signing import key_folder
 from . import statuses
-from .lane import digest
 from .loader import candidate_solution
-from .results import Earlier, ResultWriter, earlier_rows, environment_row
+from .manifest import Manifest
+from .results import Earlier, ResultWriter, digest, earlier_rows, environment_row
+from .sandbox import Sandbox, bwrap_path, probe, record
 from .scheduler import Job, Options, run_jobs
 
 
@@ -40,10 +44,35 @@ class Request:
     timeout: float = 600.0
     data_root: Path | None = None
     cache: Path | None = None
+    sandbox: bool = True  # False only with --no-sandbox: solutions then run unisolated
+
+
+class NoSandbox(Exception):
+    """No sandbox can be made here, and the user did not ask to run without one."""
 
 
 def default_cache() -> Path:
     return Path(tempfile.gettempdir()) / "inference-kernels-cache"
+
+
+def make_sandbox(request: Request, dataset: Dataset, cache: Path) -> tuple[Sandbox | None, dict]:
+    """The sandbox the workers run in, and the environment row's account of it."""
+    if not request.sandbox:
+        return None, record(None, "--no-sandbox: solutions ran unisolated")
+    ok, description = probe(bwrap_path())
+    if not ok:
+        raise NoSandbox(
+            f"no sandbox: {description}. Install bubblewrap (apt-get install bubblewrap), or "
+            "pass --no-sandbox to run solutions unisolated (a solution can then change its own "
+            "and others' verdicts)"
+        )
+    bundled = Path(__file__).resolve().parents[3] / "dataset"  # a source checkout's dataset
+    secrets = [cache, key_folder(), dataset.root, bundled, *request.candidates]
+    if request.data_root:
+        secrets.append(request.data_root)
+    if request.report:
+        secrets.append(request.report)
+    return Sandbox(bwrap_path(), secrets), record(Sandbox(bwrap_path()), description)
 
 
 def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list[CaseRow]]:
@@ -108,10 +137,17 @@ def judge(
 ) -> list[dict]:
     """Judge the requested cases; returns the rows of the whole report (environment first),
     earlier rows included when resuming."""
+    cache = (request.cache or default_cache()).resolve()
+    sandbox, isolation = make_sandbox(request, dataset, cache)
     solutions, failed = _solutions(dataset, request)
     cases = select(dataset, request.definitions, request.suite, request.workloads)
+    manifest = Manifest.of(dataset, {d.name for d, _ in cases}, request.candidates)
+    pinned = manifest.hashes()
     earlier = earlier_rows(request.report) if request.resume and request.report else Earlier()
     _check_resumable(request, earlier, solutions, cases, dataset)
+    recorded = (earlier.environment or {}).get("manifest")
+    if recorded is not None and recorded != pinned:
+        manifest.check(recorded, request.report)
     done = earlier.cases
     if request.report and not request.resume and request.report.exists():
         request.report.unlink()
@@ -134,7 +170,6 @@ def judge(
                 )
             )
     writer = ResultWriter(request.report)
-    cache = request.cache or default_cache()
     devices = [{"device": device} for device in request.devices]
     writer.write(
         environment_row(
@@ -143,6 +178,9 @@ def judge(
             resumed=bool(done) or earlier.environment is not None,
             suite=request.suite,
             validation_only=request.validation_only,
+            isolation=isolation,
+            manifest=pinned,
+            dropped_rows=earlier.dropped,
         )
     )
     for row in failed:
@@ -150,19 +188,29 @@ def judge(
             writer.write(row)
             on_row(row)
     on_plan(sum(len(job.solutions) for job in jobs))
+    folder = cache / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     options = Options(
         data_root=request.data_root or dataset.root,
         cache=cache,
-        logs=cache / "logs",
+        folder=folder,
+        sandbox=sandbox,
         timeout=request.timeout,
         reference_timeout=max(request.timeout, 1800.0),
         validation_only=request.validation_only,
         cold_l2=request.cold_l2,
     )
-    run_jobs(jobs, request.devices, options, writer, on_row)
-    if request.report is None:
-        return writer.rows
-    return [json.loads(line) for line in request.report.read_text().splitlines() if line.strip()]
+    try:
+        run_jobs(
+            jobs,
+            request.devices,
+            options,
+            writer,
+            on_row,
+            lambda: manifest.check(pinned, request.report or dataset.root),
+        )
+    finally:
+        shutil.rmtree(folder / "packages", ignore_errors=True)
+    return [*earlier.rows, *writer.rows]
 
 
 def _check_resumable(request: Request, earlier: Earlier, solutions, cases, dataset) -> None:

@@ -1,31 +1,37 @@
-"""The solution worker: one process per (solution, device), the only place solution code runs.
+"""The solution worker: the only process where solution code runs, inside the sandbox.
 
-It materializes a case's inputs, calls the solution once, checks what it returned
-(count, plain tensors, no aliasing of inputs), and hands the outputs and the inputs
-it passed to the verifier process, which alone holds the reference outputs. If told
-to continue, it times the solution on rotating, perturbed input copies and hands over
-the timed calls' outputs and the inputs once more. It reports to the scheduler only
-what happened here; the verdict on correctness is the verifier's.
+It talks to its referee over one socket (``channel.py``) and does as told: load the
+solution, call it once on the inputs the referee shares, then run timing samples on input
+sets the referee refreshes between samples. It reports only what happened here, as
+messages of ``protocol.py``; whether anything passed is the referee's decision. Nothing
+here is trusted: solution code can rewrite any of it, which changes at most what this
+worker reports about its own solution.
+
+Run as ``python -m inference_kernels.judge.worker --fd N [--sandboxed]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import mmap
+import os
+import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from .. import schema
-from ..errors import DatasetError
-from ..materialize.inputs import canary_inputs, materialize
-from . import statuses
-from . import timing as timer  # binds the clocks before any solution is imported
-from .guards import aliased_inputs, as_list, is_plain_tensor, make_copies
-from .loader import LoadedSolution, SolutionLoadError, load_solution
-from .logs import redirect_output
+import torch
 
-COPY_BUDGET_CPU = 1 << 30  # bytes of input copies for timing on the CPU
-COPY_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
+from .. import schema
+from ..dataset.shapes import declared_shape
+from ..dtypes import torch_dtype
+from . import cuda_ipc, statuses
+from . import timing as timer  # binds the clocks before any solution is imported
+from .channel import Channel, ChannelClosed
+from .guards import aliased_inputs, as_list, is_plain_tensor
+from .loader import LoadedSolution, SolutionLoadError, load_package
+from .shared import Outbox
 
 
 def _one_line(error: BaseException) -> str:
@@ -35,279 +41,314 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}{place}"
 
 
-class Worker:
-    def __init__(self, device: str, commands, verify, results, definition, solution, cache: Path):
-        import torch
+def drop_privileges(uid: int) -> None:
+    """As root inside the sandbox, become ``uid`` (and the gid of that number) for good,
+    with no capabilities left."""
+    if os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
 
-        self.torch = torch
-        self.device = torch.device(device)
+
+class CallFailed(Exception):
+    def __init__(self, status: str, error: str):
+        super().__init__(error)
+        self.status, self.error = status, error
+
+
+class Worker:
+    def __init__(self, channel: Channel, init: dict[str, Any]):
+        self.channel = channel
+        self.device = torch.device(init["device"])
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.commands, self.verify, self.results = commands, verify, results
-        self.definition = schema.Definition.model_validate_json(definition)
-        self.solution = schema.Solution.model_validate_json(solution)
-        self.output_names = list(self.definition.outputs)
-        self.cache = cache
+            torch.empty(1, device=self.device)  # the primary context, current on this thread
+        self.definition = schema.Definition.model_validate_json(init["definition"])
+        self.solution = schema.Solution.model_validate_json(init["solution"])
+        self.names = list(self.definition.outputs)
         self.loaded: LoadedSolution | None = None
-        self.call_seconds = 0.0  # the checked call's duration, which sizes the timing schedule
-        self.preheated = False  # the GPU is loaded once, before this worker's first timing
+        self.outbox = Outbox(self.device)
+        self.timed_at = 0.0
+        self._case_reset()
+
+    def _case_reset(self) -> None:
+        self.imports = cuda_ipc.Imports(self.device) if self.device.type == "cuda" else None
+        self.maps: list[mmap.mmap] = []
+        self.workload: schema.Workload | None = None
+        self.inputs: list[Any] = []
+        self.sets: list[list[Any]] = []
+        self.buffers: list[list[torch.Tensor]] = []  # DPS outputs per set
+        self.launches: list[Any] = []
+        self.graph: Any = None
+        self.graph_outputs: list[list[Any]] = []
+        self.kept: list[Any] = []  # the last sample's outputs, until the next message
+        self.last_refs: dict[str, list] = {}  # per method, its last sample's references
+
+    # ------------------------------------------------------------------ shared inputs
+
+    def _map(self, buffer: dict[str, Any], fds: list[int]) -> torch.Tensor:
+        if buffer["kind"] == "cuda":
+            return self.imports.open(buffer["handle"])
+        fd = fds[buffer["fd"]]
+        mapped = mmap.mmap(fd, buffer["size"], flags=mmap.MAP_SHARED)
+        os.close(fd)
+        self.maps.append(mapped)
+        return torch.frombuffer(mapped, dtype=torch.uint8)
+
+    def _arguments(self, message: dict[str, Any], fds: list[int]) -> list[Any]:
+        raws = [self._map(buffer, fds) for buffer in message["buffers"]]
+        values = []
+        for argument in message["inputs"]:
+            if "tensor" in argument:
+                ref = argument["tensor"]
+                dtype = torch_dtype(ref["dtype"])
+                raw = raws[ref["buffer"]]
+                size = raw.numel() - raw.numel() % dtype.itemsize
+                values.append(
+                    raw[:size]
+                    .view(dtype)
+                    .as_strided(ref["shape"], ref["stride"], ref["offset"] // dtype.itemsize)
+                )
+            else:
+                values.append(argument.get("value"))
+        return values
 
     # ------------------------------------------------------------------ calls
 
-    def _output_buffers(self, workload) -> list:
-        from ..dataset.shapes import declared_shape
-        from ..dtypes import torch_dtype
-
+    def _dps_buffers(self) -> list[torch.Tensor]:
         return [
-            self.torch.empty(
-                declared_shape(self.definition, workload, name),
+            torch.empty(
+                declared_shape(self.definition, self.workload, name),
                 dtype=torch_dtype(spec.dtype),
                 device=self.device,
             )
             for name, spec in self.definition.outputs.items()
         ]
 
-    def _caller(self, workload, input_sets: list[list[Any]], prepared: bool):
-        """call(k): one call on input set k; returns its outputs (a list, or None)."""
-        loaded = self.loaded
-        if prepared:
-            launches = [loaded.prepare(*inputs) for inputs in input_sets]
-            return lambda k: as_list(launches[k](), self.output_names)
-        if self.solution.spec.destination_passing_style:
-            buffers = [self._output_buffers(workload) for _ in input_sets]
+    def _call(self, inputs: list[Any], buffers: list[torch.Tensor] | None) -> Any:
+        if buffers is not None:
+            self.loaded.run(*inputs, *buffers)
+            return buffers
+        return as_list(self.loaded.run(*inputs), self.names)
 
-            def call_dps(k: int):
-                loaded.run(*input_sets[k], *buffers[k])
-                return buffers[k]
-
-            return call_dps
-        return lambda k: as_list(loaded.run(*input_sets[k]), self.output_names)
+    def _outputs(self, outputs: Any, what: str, timed: bool) -> list[torch.Tensor]:
+        """The call's outputs, if they are as many plain tensors on this device as the
+        definition declares; else CallFailed (for a timed call: timed_output_mismatch)."""
+        if outputs is None:
+            raise CallFailed(
+                statuses.TIMED_OUTPUT_MISMATCH if timed else statuses.WRONG_OUTPUT_COUNT,
+                f"{what} returned no outputs {self.names}",
+            )
+        for name, value in zip(self.names, outputs, strict=True):
+            status = statuses.TIMED_OUTPUT_MISMATCH if timed else statuses.TYPE_MISMATCH
+            if not is_plain_tensor(value):
+                raise CallFailed(
+                    status, f"{what}: {name} is a {type(value).__name__}, not a plain torch.Tensor"
+                )
+            if value.device.type != self.device.type:
+                status = statuses.TIMED_OUTPUT_MISMATCH if timed else statuses.DEVICE_MISMATCH
+                raise CallFailed(status, f"{what}: {name} is on {value.device}, not {self.device}")
+        return list(outputs)
 
     def _synchronize(self) -> None:
         if self.device.type == "cuda":
-            self.torch.cuda.synchronize(self.device)
+            torch.cuda.synchronize(self.device)
 
-    # ------------------------------------------------------------------ a case
+    # ------------------------------------------------------------------ messages
 
-    def run_case(self, message: dict) -> None:
-        case = message["case_id"]
-        workload = schema.Workload.model_validate(message["workload"])
-        capture = message.get("capture")
-        capture = schema.CaptureRecord.model_validate(capture) if capture else None
-        data_root = Path(message["data_root"])
-        try:
-            made = materialize(
-                self.definition, workload, data_root=data_root, device=self.device, capture=capture
-            )
-        except DatasetError as error:
-            self.results.put(
-                {
-                    "op": "checked",
-                    "case_id": case,
-                    "status": statuses.INPUT_ERROR,
-                    "error": str(error),
-                }
-            )
-            return
-        inputs = made.values
+    def case(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        self.workload = schema.Workload.model_validate(message["workload"])
+        self.inputs = self._arguments(message, fds)
+        dps = self.solution.spec.destination_passing_style
         try:
             began = time.perf_counter()
-            outputs = self._caller(workload, [inputs], prepared=False)(0)
+            outputs = self._call(self.inputs, self._dps_buffers() if dps else None)
             self._synchronize()
-            self.call_seconds = time.perf_counter() - began
+            seconds = time.perf_counter() - began
         except Exception as error:
-            self.results.put(
-                {
-                    "op": "checked",
-                    "case_id": case,
-                    "status": statuses.RUNTIME_ERROR,
-                    "error": _one_line(error),
-                }
-            )
-            return
-        problem = self._output_problem(outputs, inputs)
-        if problem:
-            self.results.put({"op": "checked", "case_id": case, **problem})
-            return
-        self.verify.put(
-            {
-                "op": "verify",
-                "case_id": case,
-                "stage": "check",
-                "outputs": outputs,
-                "inputs": {"call": inputs},
-            }
-        )
-        self.results.put({"op": "checked", "case_id": case, "status": "sent"})
-        if self.commands.get()["op"] != "continue":
-            return
-        canary = canary_inputs(
-            self.definition, workload, inputs, device=self.device, capture=capture
-        )
-        try:
-            began = (
-                time.perf_counter()
-            )  # a second call, without first-call setup, sizes the schedule
-            self._caller(workload, [inputs], prepared=False)(0)
-            self._synchronize()
-            self.call_seconds = time.perf_counter() - began
-            timing, timed = self._time(message["timing"], workload, inputs, canary, made.nbytes())
-            failure = self._timing_failure(timing, timed)
-        except Exception as error:
-            timing, timed = {}, {}
-            failure = {"status": statuses.TIMING_ERROR, "error": _one_line(error)}
-        if failure:
-            timed = {}  # what is not verified is not sent: it may not even pickle
-        self.verify.put(
-            {
-                "op": "verify",
-                "case_id": case,
-                "stage": "timed",
-                "outputs": timed,
-                "inputs": {"after timing": inputs},
-            }
-        )
-        self.results.put({"op": "timed", "case_id": case, "timing": timing, **(failure or {})})
-        self.commands.get()  # "done": the verifier has read the tensors; let them go
-
-    def _timing_failure(self, timing: dict, timed: dict) -> dict | None:
-        """Eager and prepared calls must not raise while timed, and every timed method must
-        leave outputs to verify (its last call's and its canary call's): a launch that
-        returns nothing would otherwise be timed and never checked. A graph that cannot be
-        captured only loses its graph time."""
-        for method in ("eager", "prepared"):
-            if "error" in timing.get(method, {}):
-                return {
-                    "status": statuses.TIMING_ERROR,
-                    "error": f"{method}: {timing[method]['error']}",
-                }
-        for method in [m for m in ("eager", "prepared", "graph") if m in timing]:
-            if method == "graph" and "error" in timing[method]:
-                continue
-            for key in (method, f"{method} canary"):
-                outputs = timed.get(key)
-                if outputs is None or not all(is_plain_tensor(v) for v in outputs):
-                    return {
-                        "status": statuses.TIMED_OUTPUT_MISMATCH,
-                        "error": f"{key} call returned no outputs of plain tensors "
-                        f"({self.output_names})",
-                    }
-        return None
-
-    def _output_problem(self, outputs, inputs) -> dict | None:
-        if outputs is None:
-            return {
-                "status": statuses.WRONG_OUTPUT_COUNT,
-                "error": f"expected {len(self.output_names)} outputs {self.output_names}",
-            }
-        for name, value in zip(self.output_names, outputs, strict=True):
-            if not is_plain_tensor(value):
-                return {
-                    "status": statuses.TYPE_MISMATCH,
-                    "error": f"{name} is a {type(value).__name__}, not a plain torch.Tensor",
-                }
-        aliased = aliased_inputs(outputs, inputs, list(self.definition.inputs))
+            raise CallFailed(statuses.RUNTIME_ERROR, _one_line(error)) from None
+        outputs = self._outputs(outputs, "the call", timed=False)
+        aliased = aliased_inputs(outputs, self.inputs, list(self.definition.inputs))
         if aliased:
-            return {
-                "status": statuses.OUTPUT_ALIASES_INPUT,
-                "error": f"an output shares storage with input(s) {', '.join(aliased)}",
-            }
-        return None
-
-    def _copy_plan(self, nbytes: int, calls: int) -> tuple[int, bool]:
-        """How many input sets to rotate over, and whether integer inputs must be shared."""
-        if self.device.type == "cuda":  # free memory, and what this process holds unused
-            cuda = self.torch.cuda
-            unused = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
-            free = cuda.mem_get_info(self.device)[0] + unused
-            budget = int(free * COPY_BUDGET_CUDA_FRACTION)
-        else:
-            budget = COPY_BUDGET_CPU
-        fit = budget // max(nbytes, 1)  # full copies that fit in the budget
-        return max(2, min(calls, fit)), fit < 2
-
-    def _time(self, options: dict, workload, inputs, canary, nbytes: int):
-        """Eager, prepared and graph timings, and the outputs to verify: those of the last
-        timed call (on an unperturbed copy) and of the call on the canary inputs."""
-        warmup, iters, trials = timer.schedule(options, self.call_seconds, self.device)
-        if not self.preheated:
-            timer.preheat(self.device)
-            self.preheated = True
-        total = warmup + iters * trials
-        count, share = self._copy_plan(nbytes, total)
-        sets = make_copies(inputs, count, share_integers=share) + [canary]
-        last, canary_call = total - 1, total - 2
-        keep = {last, canary_call}
-
-        def pick(i: int) -> int:  # fresh sets in turn; the last call on set 0 (unperturbed)
-            return count if i == canary_call else (last - i) % count
-
-        results: dict[str, Any] = {
-            "schedule": {"warmup": warmup, "iters": iters, "trials": trials},
-            "copies": {"sets": count, "integers_shared": share},
-        }
-        timed: dict[str, list] = {}
-        methods = [("eager", False)] + ([("prepared", True)] if self.loaded.prepare else [])
-        for method, prepared in methods:
-            try:
-                on_set = self._caller(workload, sets, prepared)
-
-                def call(i: int, on_set=on_set):
-                    return on_set(pick(i))
-
-                if options.get("cold_l2") and self.device.type == "cuda":
-                    measured, kept = timer.eager_cold(call, warmup, trials, self.device, keep)
-                else:
-                    measured, kept = timer.eager(call, warmup, iters, trials, self.device, keep)
-                results[method] = {**measured.to_dict(), "suspect": timer.suspect(measured)}
-                timed[method] = kept.get(last)
-                timed[f"{method} canary"] = kept.get(canary_call)
-            except Exception as error:
-                results[method] = {"error": _one_line(error)}
-        if self.device.type == "cuda":
-            results["graph"], graph_outputs = self._graph(
-                workload, sets, count, warmup, iters, trials
+            raise CallFailed(
+                statuses.OUTPUT_ALIASES_INPUT,
+                f"an output shares storage with input(s) {', '.join(aliased)}",
             )
-            timed.update(graph_outputs)
-        self._synchronize()
-        return results, {k: v for k, v in timed.items() if v is not None}
+        self.kept = outputs
+        refs = self.outbox.add(outputs)
+        return {"op": "checked", "seconds": seconds, "outputs": refs}
 
-    def _graph(self, workload, sets, count, warmup, iters, trials) -> tuple[dict, dict]:
-        """CUDA graph timing: captured call 0 runs on set 0, call 1 on the canary."""
-        prepared = self.loaded.prepare is not None
-        captured = max(iters, 2)
-        order = [0, count] + [1 + j % max(count - 1, 1) for j in range(captured - 2)]
+    def map_sets(self, message: dict[str, Any], fds: list[int]) -> None:
+        """The timing input sets: each tensor input stacked [count, ...] (or one shared)."""
+        count = message["count"]
+        stacked = self._arguments(message, fds)
+        shared = message["shared"]
+        self.sets = [
+            [
+                value[0 if share else index] if isinstance(value, torch.Tensor) else value
+                for value, share in zip(stacked, shared, strict=True)
+            ]
+            for index in range(count)
+        ]
+        dps = self.solution.spec.destination_passing_style
+        self.buffers = [self._dps_buffers() for _ in range(count)] if dps else []
+
+    def _slot(self, index: int):
+        """call(): one call on set ``index`` (eager, or its prepared launch)."""
+        inputs = self.sets[index]
+        buffers = self.buffers[index] if self.buffers else None
+        if self.launches:  # a prepared launch returns its outputs
+            launch = self.launches[index]
+            return lambda: as_list(launch(), self.names)
+        return lambda: self._call(inputs, buffers)
+
+    def method(self, message: dict[str, Any]) -> dict[str, Any]:
+        method, calls, warmup = message["method"], message["calls"], message["warmup"]
+        self.launches, self.graph, self.graph_outputs = [], None, []
+        self.last_refs.pop(method, None)
+        self.outbox.forget()  # a graph released its memory: its segments are not the same
         try:
-            on_set = self._caller(workload, sets, prepared)
-            measured, outputs = timer.graph(
-                lambda j: on_set(order[j]), warmup, captured, trials, self.device
-            )
+            if method in ("prepared", "graph") and self.loaded.prepare is not None:
+                if method == "prepared" or message.get("launch") == "prepared":
+                    self.launches = [self.loaded.prepare(*self.sets[i]) for i in range(calls)]
         except Exception as error:
-            self._synchronize()
-            return {"error": _one_line(error)}, {}
-        launch = "prepared" if prepared else "run"
-        return {**measured.to_dict(), "launch": launch}, {
-            "graph": outputs[0],
-            "graph canary": outputs[1],
+            raise CallFailed(statuses.TIMING_ERROR, f"prepare: {_one_line(error)}") from None
+        if method == "graph":
+            slots = [self._slot(i) for i in range(calls)]
+            try:
+                self.graph, self.graph_outputs = timer.capture(slots, warmup, self.device)
+            except Exception as error:
+                self._synchronize()
+                return {"op": "unavailable", "method": method, "error": _one_line(error)}
+        return {"op": "ready", "method": method}
+
+    def go(self, message: dict[str, Any]) -> dict[str, Any]:
+        method, calls, index = message["method"], message["calls"], message["index"]
+        self.kept = []
+        try:
+            if method == "graph":
+                us, host_us = timer.replay(self.graph, calls, self.device)
+                produced = self.graph_outputs
+            else:
+                slots = [self._slot(i % len(self.sets)) for i in range(calls)]
+                us, host_us, produced = timer.sample(slots, self.device)
+        except Exception as error:
+            raise CallFailed(statuses.TIMING_ERROR, f"{method}: {_one_line(error)}") from None
+        self.timed_at = time.perf_counter()
+        reply: dict[str, Any] = {
+            "op": "sample",
+            "method": method,
+            "index": index,
+            "us": us,
+            "outputs": [],
         }
+        if host_us is not None:
+            reply["host_us"] = host_us
+        if index >= 0:  # the warmup sample's outputs are not checked
+            reply["outputs"] = self._sample_outputs(method, produced)
+        return reply
+
+    def _sample_outputs(self, method: str, produced: list[Any]) -> list | str:
+        """References to each slot's outputs, or "same" when they are those of the
+        method's previous sample (a graph's always are: checked and exported once)."""
+        last = self.last_refs.get(method)
+        if method == "graph" and last is not None:
+            return "same"
+        slots = [self._outputs(outputs, f"{method} call", timed=True) for outputs in produced]
+        self.kept = slots
+        flat = self.outbox.add([tensor for outputs in slots for tensor in outputs])
+        width = len(self.names)
+        refs = [flat[i : i + width] for i in range(0, len(flat), width)]
+        if refs == last and not self.outbox.new:
+            return "same"
+        self.last_refs[method] = refs
+        return refs
+
+    def end(self) -> dict[str, Any]:
+        self._synchronize()
+        self.kept = []
+        self.inputs, self.sets, self.buffers, self.launches = [], [], [], []
+        self.graph, self.graph_outputs = None, []
+        if self.imports is not None:
+            self.imports.close()
+        for mapped in self.maps:
+            try:
+                mapped.close()
+            except BufferError:  # a view the solution keeps: the mapping goes with the process
+                pass
+        self._case_reset()
+        self.outbox.reset()
+        return {"op": "ended"}
+
+    # ------------------------------------------------------------------ the loop
+
+    def send(self, reply: dict[str, Any]) -> None:
+        if reply["op"] in ("checked", "sample"):
+            reply["buffers"] = self.outbox.new
+        try:
+            self.channel.send(reply, self.outbox.fds)
+        finally:
+            self.outbox.sent()
+
+    def serve(self) -> None:
+        trace = bool(os.environ.get("INFERENCE_KERNELS_TRACE"))
+        while True:
+            message, fds = self.channel.recv()
+            received = time.perf_counter()
+            op = message["op"]
+            if op == "exit":
+                return
+            try:
+                if op == "case":
+                    reply = self.case(message, fds)
+                elif op == "sets":
+                    self.map_sets(message, fds)
+                    reply = {"op": "mapped"}
+                elif op == "method":
+                    reply = self.method(message)
+                elif op == "go":
+                    reply = self.go(message)
+                else:
+                    reply = self.end()
+            except CallFailed as failure:
+                self.outbox.sent()
+                reply = {"op": "failed", "status": failure.status, "error": failure.error}
+            built = time.perf_counter()
+            self.send(reply)
+            if trace:  # INFERENCE_KERNELS_TRACE: when each message came and went, in the log
+                print(
+                    f"trace {op} {message.get('index', '')} received {received:.6f} "
+                    f"built {built:.6f} sent {time.perf_counter():.6f} "
+                    f"timed {self.timed_at:.6f}",
+                    flush=True,
+                )
 
 
-def main(
-    device: str, commands, verify, results, definition: str, solution: str, cache: str, log: str
-) -> None:
-    redirect_output(Path(log))
-    worker = Worker(device, commands, verify, results, definition, solution, Path(cache))
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--sandboxed", type=int, metavar="UID")
+    options = parser.parse_args()
+    if options.sandboxed is not None:
+        drop_privileges(options.sandboxed)
+    channel = Channel.from_fd(options.fd)
+    init, _ = channel.recv()
+    worker = Worker(channel, init)
     try:
-        worker.loaded = load_solution(worker.solution, worker.definition, worker.cache)
-        results.put({"op": "loaded", "ok": True})
+        worker.loaded = load_package(worker.solution, worker.definition, Path(init["package"]))
+        channel.send({"op": "loaded", "ok": True, "prepare": worker.loaded.prepare is not None})
     except SolutionLoadError as error:
-        results.put({"op": "loaded", "ok": False, "error": str(error)})
+        channel.send({"op": "loaded", "ok": False, "error": str(error)[:3000]})
         return
     except Exception as error:
-        results.put({"op": "loaded", "ok": False, "error": _one_line(error)})
+        channel.send({"op": "loaded", "ok": False, "error": _one_line(error)})
         return
-    while True:
-        message = commands.get()
-        if message["op"] == "exit":
-            return
-        worker.run_case(message)
+    try:
+        worker.serve()
+    except ChannelClosed:
+        pass
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -42,42 +42,6 @@ class Materialized:
         return sum(v.numel() * v.element_size() for v in self.values if isinstance(v, torch.Tensor))
 
 
-def canary_workload(workload: Workload) -> Workload:
-    """The same shapes and scalars with every tensor input a stand-in from other streams.
-
-    The judge times one call on these inputs and checks its output: a solution that
-    returns a remembered output instead of computing fails it.
-    """
-    inputs = {
-        name: descriptor if isinstance(descriptor, ScalarInput) else RandomInput(type="random")
-        for name, descriptor in workload.inputs.items()
-    }
-    return workload.model_copy(update={"uuid": f"{workload.uuid}/canary", "inputs": inputs})
-
-
-def canary_inputs(
-    definition: Definition,
-    workload: Workload,
-    primary: list[Any],
-    *,
-    device: str | torch.device = "cpu",
-    capture: CaptureRecord | None = None,
-) -> list[Any]:
-    """Inputs for the canary call: fresh floating tensors (stand-ins from other streams),
-    with the primary set's integer tensors (indices, page tables, scale bytes) and scalars.
-
-    The mix keeps every structural invariant of the primary inputs, costs no memory for
-    large integer tensors such as packed weights, and gives different outputs.
-    """
-    _, generated = standins.generate(definition, canary_workload(workload), capture)
-    values = []
-    for name, value in zip(definition.inputs, primary, strict=True):
-        fresh = isinstance(value, torch.Tensor) and value.is_floating_point()
-        values.append(generated[name].to(value.device) if fresh else value)
-    del generated
-    return values
-
-
 def materialize(
     definition: Definition,
     workload: Workload,

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from ..errors import DatasetError
 from ..schema import CaseRow, EnvironmentRow
+from ..signing import key, row_verifies
 
 _MODELS = {"case": CaseRow, "environment": EnvironmentRow}
 
@@ -19,11 +20,13 @@ _MODELS = {"case": CaseRow, "environment": EnvironmentRow}
 TIME_PREFERENCE = ("graph", "prepared", "eager")
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a results file, each validated as a case or an environment row."""
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a results file that this judge signed, each validated as a case or an
+    environment row, and how many rows were dropped because their MAC fails."""
     if not path.is_file():
         raise DatasetError(path, "", "no such results file")
-    rows = []
+    secret = key(create=False)
+    rows, dropped = [], 0
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -40,8 +43,18 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             first = error.errors()[0]
             field = ".".join(str(part) for part in first["loc"])
             raise DatasetError(path, f"line {number}.{field}", first["msg"]) from None
-        rows.append(row)
-    return rows
+        if row_verifies(row, secret):
+            rows.append(row)
+        else:
+            dropped += 1
+    return rows, dropped
+
+
+def dropped_note(path: Path, dropped: int) -> str:
+    return (
+        f"{path}: dropped {dropped} row(s) that fail authentication (not signed with this "
+        "judge's key: edited, forged, or written on another machine)"
+    )
 
 
 def case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,132 @@
+"""One framed, bounded channel between the referee and a worker: JSON plus descriptors.
+
+A frame is an 8-byte header (JSON length, descriptor count), sent together with the
+descriptors (SCM_RIGHTS), then the JSON body. The reader bounds the body and the
+descriptor count, waits with a deadline, and turns anything malformed into
+``ProtocolError``: a worker is untrusted, so nothing it sends is unpickled or trusted to
+be well formed.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import select
+import socket
+import struct
+import time
+from typing import Any
+
+_HEADER = struct.Struct("<II")
+MAX_BODY = 32 << 20  # bytes of JSON in one message
+MAX_FDS = 64
+
+
+class ChannelClosed(EOFError):
+    """The other end has gone (its process died or closed the socket)."""
+
+
+class ChannelTimeout(TimeoutError):
+    """Nothing (or not all of a message) arrived before the deadline."""
+
+
+class ProtocolError(ValueError):
+    """A message that is not a bounded JSON object with at most MAX_FDS descriptors."""
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class Channel:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.arrived = 0.0  # time.perf_counter() when the last message began to arrive
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Channel:
+        return cls(socket.socket(fileno=fd))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, message: dict[str, Any], fds: list[int] = (), timeout: float = 60.0) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode()
+        header = _HEADER.pack(len(body), len(fds))
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        self.sock.settimeout(timeout)
+        try:
+            sent = self.sock.sendmsg([header], ancillary)
+            if sent < len(header):
+                self.sock.sendall(header[sent:])
+            self.sock.sendall(body)
+        except (BrokenPipeError, ConnectionResetError) as error:
+            raise ChannelClosed(str(error)) from None
+        except TimeoutError:
+            raise ChannelTimeout("the other end stopped reading") from None
+
+    def _wait(self, deadline: float | None) -> None:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise ChannelTimeout("no message before the deadline")
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(None if remaining is None else max(1, int(remaining * 1000))):
+            raise ChannelTimeout("no message before the deadline")
+
+    def _read(self, count: int, deadline: float | None, fds: list[int] | None) -> bytes:
+        """``count`` bytes; descriptors come with the first chunk when ``fds`` is a list."""
+        chunks, have = [], 0
+        while have < count:
+            self._wait(deadline)
+            self.sock.settimeout(None)
+            try:
+                if fds is not None and have == 0:
+                    data, received, flags, _ = socket.recv_fds(self.sock, count, MAX_FDS)
+                    fds.extend(received)
+                    if flags & socket.MSG_CTRUNC:
+                        raise ProtocolError(f"more than {MAX_FDS} descriptors in one message")
+                else:
+                    data = self.sock.recv(min(count - have, 1 << 20))
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                raise ChannelClosed("the other end closed the channel")
+            chunks.append(data)
+            have += len(data)
+        return b"".join(chunks)
+
+    def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], list[int]]:
+        """The next message and its descriptors (owned by the caller)."""
+        fds: list[int] = []
+        try:
+            header = self._read(_HEADER.size, deadline, fds)
+            self.arrived = time.perf_counter()
+            length, count = _HEADER.unpack(header)
+            if length > MAX_BODY:
+                raise ProtocolError(f"a message of {length} bytes (at most {MAX_BODY})")
+            if count != len(fds):
+                raise ProtocolError(f"announced {count} descriptors, passed {len(fds)}")
+            body = self._read(length, deadline, None)
+            try:
+                message = json.loads(body)
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                raise ProtocolError("a message that is not JSON") from None
+            if not isinstance(message, dict):
+                raise ProtocolError("a message that is not a JSON object")
+            return message, fds
+        except BaseException:
+            close_fds(fds)
+            raise

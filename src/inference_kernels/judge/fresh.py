@@ -1,0 +1,86 @@
+"""Fresh input values for timed calls, that no solution can know or precompute.
+
+For each floating input of a workload the referee draws, once per workload, a secret
+*pool*: ``n + span`` values, each a random convex mix of two of the input's own values
+(so every value stays within the range of the real ones). A timed call's input is a
+*window* of the pool at a secret offset, copied into the worker's input set just before
+the sample runs. Windows at different offsets hold different values everywhere (a
+remembered or stale answer fails), and the reference of any window can be computed, so
+any timed call can be checked after the fact. Integer and bool inputs (indices, page
+tables, packed weights, scale bytes) and scalars keep their real values.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CHUNK = 1 << 24  # pool elements drawn at a time (bounds the float32 temporaries)
+MIN_SPAN = 4096
+
+
+def floating(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() > 0
+
+
+def _pool(value: torch.Tensor, span: int, generator: torch.Generator, shift: int) -> torch.Tensor:
+    flat = value.reshape(-1)
+    count = flat.numel()
+    pool = torch.empty(count + span, dtype=value.dtype, device=value.device)
+    for start in range(0, pool.numel(), CHUNK):
+        stop = min(pool.numel(), start + CHUNK)
+        index = torch.arange(start, stop, device=value.device) % count
+        first = flat[index].float()
+        second = flat[(index + shift) % count].float()
+        weight = torch.rand(stop - start, generator=generator, device=value.device)
+        pool[start:stop] = (first + weight * (second - first)).to(value.dtype)
+    return pool
+
+
+@dataclass
+class Fresh:
+    """The secret pools of one workload's floating inputs, on the referee's device."""
+
+    pristine: list[Any]
+    pools: dict[int, torch.Tensor] = field(default_factory=dict)
+    spans: dict[int, int] = field(default_factory=dict)
+    _random: random.SystemRandom = field(default_factory=random.SystemRandom)
+
+    def __post_init__(self) -> None:
+        for index, value in enumerate(self.pristine):
+            if not floating(value):
+                continue
+            count = value.numel()
+            span = max(count // 4, MIN_SPAN)
+            generator = torch.Generator(device=value.device)
+            generator.manual_seed(secrets.randbits(63))
+            shift = self._random.randrange(1, count) if count > 1 else 0
+            self.pools[index] = _pool(value, span, generator, shift)
+            self.spans[index] = span
+
+    def offsets(self) -> dict[int, int]:
+        """A new window: a secret offset per floating input."""
+        return {index: self._random.randrange(span + 1) for index, span in self.spans.items()}
+
+    def gather(self, index: int, offsets: list[int], out: torch.Tensor) -> None:
+        """Write the windows at ``offsets`` of input ``index`` into ``out[0..]`` (one
+        indexing kernel for all of them)."""
+        count = self.pristine[index].numel()
+        windows = self.pools[index].unfold(0, count, 1)  # every window, without a copy
+        chosen = torch.tensor(offsets, dtype=torch.long, device=windows.device)
+        torch.index_select(windows, 0, chosen, out=out.view(len(offsets), count))
+
+    def window(self, index: int, offset: int) -> torch.Tensor:
+        value = self.pristine[index]
+        return self.pools[index][offset : offset + value.numel()].view(value.shape)
+
+    def inputs(self, offsets: dict[int, int]) -> list[Any]:
+        """The inputs of a call whose window is ``offsets``."""
+        return [
+            self.window(index, offsets[index]) if index in offsets else value
+            for index, value in enumerate(self.pristine)
+        ]

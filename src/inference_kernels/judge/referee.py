@@ -1,0 +1,318 @@
+"""The referee: one trusted process per device, the only place a verdict is made.
+
+It never imports solution code. For each workload (``prepare``) it materializes the
+pristine inputs and gets the reference outputs (the authenticated cache, or the
+reference itself). For each (solution, workload) case (``judge``) it starts the
+solution's worker in the sandbox (``workers.py``), shares the inputs with it, compares the
+outputs the worker returns under the task's tolerance (``acceptance.py``), checks the
+inputs byte for byte, and times the solution from its side of the sandbox
+(``sampling.py``). Every verdict, ``passed`` included, is decided here from data it read
+itself; a worker can only end its own case early with a failure.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import schema, signing
+from ..acceptance import compare
+from ..errors import DatasetError
+from ..materialize.inputs import materialize
+from ..materialize.references import output_problems, run_reference
+from . import protocol, statuses, timing
+from .fresh import Fresh
+from .logs import redirect_output
+from .reference_cache import ReferenceCache, reference_key
+from .sampling import Plan, Sampler, plan
+from .sets import InputSets, set_bytes
+from .workers import CaseEnded, WorkerHandle, start_or_fail
+
+# A GPU is loaded this long before its first timed case. Under a power cap the clock a
+# power-bound kernel gets falls for seconds as the chip warms: on the H200 a bf16 GEMM
+# ran at about 1,500 MHz in its first seconds after idle and at 1,470 MHz from about 8 s
+# on (docs/measurements/h200-timing-fidelity.md). The referee runs the load, so that no
+# solution can skip it to be timed on a cooler chip.
+PREHEAT_SECONDS = 10.0
+# ...and this long before each case's samples, so that every case starts from the clocks
+# of sustained work.
+STEADY_SECONDS = 1.0
+SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
+SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
+MAX_SETS = 4000
+
+
+@dataclass
+class Workload:
+    """The workload being judged: its pristine inputs, reference, and fresh values."""
+
+    definition: schema.Definition
+    workload: schema.Workload
+    pristine: list[Any]
+    expected: list[torch.Tensor]
+    tolerance: schema.Tolerance
+    timing: dict[str, int]
+    fresh: Fresh | None = None
+    planted: dict[str, dict[int, int]] = field(default_factory=dict)
+    planted_expected: dict[str, list[torch.Tensor] | str] = field(default_factory=dict)
+
+
+class Referee:
+    def __init__(self, device: str, options: dict[str, Any]):
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.empty(1, device=self.device)
+        self.options = options
+        self.folder = Path(options["folder"])
+        self.cache = ReferenceCache(Path(options["cache"]) / "references", signing.key())
+        self.current: Workload | None = None
+        self.workers: dict[str, WorkerHandle | str] = {}
+        self.preheated = False
+
+    # ------------------------------------------------------------------ workloads
+
+    def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.current = None
+        for name in [n for n in self.workers if n not in message["solutions"]]:
+            self._retire(name)
+        definition = schema.Definition.model_validate_json(message["definition"])
+        workload = schema.Workload.model_validate(message["workload"])
+        capture = message.get("capture")
+        capture = schema.CaptureRecord.model_validate(capture) if capture else None
+        try:
+            made = materialize(
+                definition,
+                workload,
+                data_root=Path(message["data_root"]),
+                device=self.device,
+                capture=capture,
+            )
+        except DatasetError as error:
+            return {"ok": False, "status": statuses.INPUT_ERROR, "error": str(error)}
+        key = reference_key(definition, workload, str(self.device))
+        expected = self.cache.load(key, self.device)
+        cached = expected is not None
+        if expected is None:
+            expected = self._reference(definition, workload, made.values)
+            if isinstance(expected, str):
+                return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
+            self.cache.store(key, expected)
+        self.current = Workload(
+            definition,
+            workload,
+            made.values,
+            expected,
+            schema.Tolerance.model_validate(message["tolerance"]),
+            message["timing"],
+        )
+        return {
+            "ok": True,
+            "inputs": made.origin,
+            "generator": made.generator,
+            "reference_cached": cached,
+        }
+
+    def _reference(self, definition, workload, inputs) -> list[torch.Tensor] | str:
+        try:
+            outputs = run_reference(definition, inputs)
+        except Exception as error:
+            return f"the reference raised {type(error).__name__}: {error}"
+        problems = output_problems(definition, workload, outputs, self.device)
+        return "reference output: " + "; ".join(problems) if problems else outputs
+
+    def _planted_expected(self, method: str) -> list[torch.Tensor]:
+        """The reference of the method's planted window (computed once per workload)."""
+        job = self.current
+        if method not in job.planted_expected:
+            inputs = job.fresh.inputs(job.planted[method])
+            job.planted_expected[method] = self._reference(job.definition, job.workload, inputs)
+        expected = job.planted_expected[method]
+        if isinstance(expected, str):
+            raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {expected}")
+        return expected
+
+    # ------------------------------------------------------------------ workers
+
+    def _worker(self, solution: schema.Solution) -> WorkerHandle:
+        handle = self.workers.get(solution.name)
+        if handle is None or (isinstance(handle, WorkerHandle) and not handle.alive()):
+            if isinstance(handle, WorkerHandle):
+                handle.stop()
+            handle = start_or_fail(
+                solution,
+                self.current.definition,
+                self.device,
+                self.options["sandbox"],
+                self.folder,
+                self.options["timeout"],
+            )
+            self.workers[solution.name] = handle
+        if isinstance(handle, str):
+            raise CaseEnded(statuses.LOAD_FAILED, handle)
+        handle.thaw()
+        if not handle.loaded.ok:
+            raise CaseEnded(
+                statuses.LOAD_FAILED, handle.loaded.error or "the solution did not load"
+            )
+        return handle
+
+    def _retire(self, name: str) -> None:
+        handle = self.workers.pop(name)
+        if isinstance(handle, WorkerHandle):
+            handle.exit()
+
+    def close(self) -> None:
+        for name in list(self.workers):
+            self._retire(name)
+
+    # ------------------------------------------------------------------ a case
+
+    def judge(self, message: dict[str, Any]) -> dict[str, Any]:
+        solution = schema.Solution.model_validate_json(message["solution"])
+        verdict: dict[str, Any] = {
+            "status": statuses.PASSED,
+            "error": None,
+            "outputs": {},
+            "timing": {},
+        }
+        if self.current is None:
+            verdict.update(status=statuses.REFERENCE_ERROR, error="no workload is prepared")
+            return verdict
+        worker = None
+        try:
+            worker = self._worker(solution)
+            self._case(worker, verdict)
+        except CaseEnded as ended:
+            verdict.update(status=ended.status, error=ended.error)
+        finally:
+            if worker is not None:
+                worker.end_case()
+        return verdict
+
+    def _compare(self, method: str, produced: list[torch.Tensor], expected, verdict) -> None:
+        job = self.current
+        for name, value, wanted in zip(job.definition.outputs, produced, expected, strict=True):
+            result = compare(value, wanted, job.tolerance)
+            verdict["outputs"].setdefault(method, {})[name] = result.to_dict()
+            if not result.passed:
+                status = {
+                    "call": result.status,
+                    "graph": statuses.GRAPH_OUTPUT_MISMATCH,
+                }.get(method, statuses.TIMED_OUTPUT_MISMATCH)
+                where = "" if method == "call" else f"{method} check, "
+                raise CaseEnded(status, f"{where}output {name}: {result.message or result.status}")
+
+    def _case(self, worker: WorkerHandle, verdict: dict[str, Any]) -> None:
+        job = self.current
+        call = InputSets(job.pristine, list(job.definition.inputs), 1, self.device)
+        worker.exported += call.buffers
+        message, fds = call.message("case")
+        message["workload"] = job.workload.model_dump(mode="json")
+        checked = worker.ask(message, fds, protocol.Checked)
+        if len(checked.outputs) != len(job.expected):
+            raise CaseEnded(statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count")
+        self._compare("call", worker.read(checked.outputs), job.expected, verdict)
+        changed = call.changed([{}], None)
+        if changed:
+            raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")
+        if not self.options["validation_only"]:
+            self._time(worker, verdict, checked.seconds)
+
+    def _fit(self) -> tuple[int, bool]:
+        """How many timing input sets fit in memory, and whether integer inputs must be
+        shared by all sets to fit two."""
+        job = self.current
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = int(free * SETS_BUDGET_CUDA_FRACTION)
+        else:
+            budget = SETS_BUDGET_CPU
+        fit = budget // max(set_bytes(job.pristine), 1)
+        if fit >= 2:
+            return min(fit, MAX_SETS), False
+        return max(1, min(MAX_SETS, budget // max(set_bytes(job.pristine, True), 1))), True
+
+    def _sets(self, worker: WorkerHandle, count: int, share: bool) -> InputSets:
+        """``count`` timing input sets, mapped by the worker."""
+        job = self.current
+        sets = InputSets(job.pristine, list(job.definition.inputs), count, self.device, share)
+        worker.exported += sets.buffers
+        message, fds = sets.message("sets")
+        worker.ask(message, fds, protocol.Mapped)
+        return sets
+
+    def _time(self, worker: WorkerHandle, verdict: dict[str, Any], first_call: float) -> None:
+        job = self.current
+        if self.device.type == "cuda":
+            if not self.preheated:
+                timing.load(self.device, PREHEAT_SECONDS)
+                self.preheated = True
+            timing.load(self.device, STEADY_SECONDS)
+        if job.fresh is None:
+            job.fresh = Fresh(job.pristine)
+        methods = ["eager"]
+        if worker.loaded.prepare:
+            methods.append("prepared")
+        if self.device.type == "cuda":
+            methods.append("graph")
+        for method in methods:
+            job.planted.setdefault(method, job.fresh.offsets())
+        fit, share = self._fit()
+        cold = bool(self.options.get("cold_l2"))
+        warmup = max(1, min(job.timing["warmup"], int(0.1 / max(first_call, 1e-6)), fit))
+        sets = self._sets(worker, warmup, share)
+        sampler = Sampler(worker, sets, job.fresh, self.device, Plan(warmup, 1, 1), cold)
+        sampler.output_bytes = sum(o.numel() * o.element_size() for o in job.expected)
+        sampler.fit = fit
+        sampler.grow = lambda count: self._sets(worker, count, share)
+        per_call = sampler.calibrate()
+        sampler.plan = plan(job.timing, per_call, self.device, fit, cold)
+        if sampler.plan.iters > sets.count:
+            sampler.sets = sets = self._sets(worker, sampler.plan.iters, share)
+        sampler.planted = {method: job.planted[method] for method in methods}
+        verdict["timing"]["schedule"] = {
+            "warmup": sampler.plan.warmup,
+            "iters": sampler.plan.iters,
+            "trials": sampler.plan.trials,
+        }
+        launch = "prepared" if worker.loaded.prepare else None
+        for method in methods:
+            verdict["timing"][method] = sampler.run(method, launch if method == "graph" else None)
+        verdict["timing"]["sets"] = {
+            "count": sampler.sets.count,
+            "integers_shared": sampler.sets.share_integers,
+        }
+        for method, produced in sampler.planted_outputs.items():
+            self._compare(method, produced, self._planted_expected(method), verdict)
+        if sampler.suspect:
+            raise CaseEnded(statuses.TIMING_SUSPECT, sampler.suspect[0])
+
+
+def main(device: str, requests, replies, options: dict[str, Any], log: str) -> None:
+    """Serve the lane's requests (prepare, judge, exit) in order."""
+    redirect_output(Path(log))
+    referee = Referee(device, options)
+    replies.put({"op": "hello"})
+    while True:
+        request = requests.get()
+        op = request["op"]
+        if op == "exit":
+            referee.close()
+            return
+        try:
+            reply = referee.prepare(request) if op == "prepare" else referee.judge(request)
+        except Exception as error:
+            traceback.print_exc()
+            reply = {
+                "ok": False,
+                "status": statuses.REFERENCE_ERROR,
+                "error": f"referee: {type(error).__name__}: {error}"[:800],
+                "outputs": {},
+                "timing": {},
+            }
+        replies.put({"op": op + "d" if op == "prepare" else "judged", **reply})

@@ -1,0 +1,292 @@
+"""Timing one method of one case, driven by the referee from outside the sandbox.
+
+For each sample the referee writes fresh values (``fresh.py``) into the input sets the
+sample will use, tells the worker to go, and waits for its report. It then:
+
+- times the sample from outside: from the ``go`` it sent to the moment the report began
+  to arrive. The worker's own time must explain that: when most samples took more than
+  ``(1 + TOLERANCE)`` times what the worker reports, plus ALLOWANCE (the message round
+  trip) and PER_OUTPUT per output (its bookkeeping), the case is ``timing_suspect``; the
+  row carries both times and the per-call time the check cannot resolve
+  (``resolution_us``);
+- on CUDA, checks that the GPU is idle (``probe``): work still running when the worker
+  reported the sample done is work its clock did not see;
+- copies out the outputs of the one secret *planted* call of the method (a call on a
+  window whose reference the referee computes), chosen before the samples and known to no
+  one else: every call must be right, since any could be the one checked;
+- compares every input set the sample used with what it wrote (``input_mutated``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import protocol, statuses, timing
+from .fresh import Fresh
+from .sets import InputSets
+from .workers import CaseEnded, WorkerHandle
+
+# Slow calls get a short schedule: about this long per sample, and this long per method.
+SAMPLE_SECONDS = 0.1
+CASE_SECONDS = 3.0
+MAX_CALLS = 4000  # calls per sample
+# The outside check, set from honest baselines (docs/measurements/h200-sandbox.md): the
+# worker's time may fall short of the referee's by TOLERANCE plus ALLOWANCE per sample
+# (the round trip of two messages and two device synchronizations) plus, for eager and
+# prepared samples, PER_OUTPUT per output tensor (its bookkeeping; a graph's outputs are
+# the same every sample and cost nothing), plus on the CPU the copy of the outputs.
+TOLERANCE = {"cuda": 0.15, "cpu": 0.25}
+ALLOWANCE = {"cuda": 0.002, "cpu": 0.008}
+PER_OUTPUT = {"cuda": 6e-6, "cpu": 20e-6}
+COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
+PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
+# A sample lasts at least this long when the calls are fast, so that the fixed allowance
+# is a small part of it.
+SAMPLE_MIN_SECONDS = {kind: 2 * ALLOWANCE[kind] / TOLERANCE[kind] for kind in ALLOWANCE}
+# A sample is suspect when the host, waiting for the whole device, saw this much more
+# than the events (work on a stream the events do not cover).
+HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
+
+
+@dataclass
+class Plan:
+    warmup: int
+    iters: int
+    trials: int
+
+
+def plan(
+    task: dict[str, int], per_call: float, device: torch.device, sets: int, cold_l2: bool
+) -> Plan:
+    """The schedule of every method of a case, from the task's and the time of one call
+    (the worker's own report of its warmup: a false one only shortens or lengthens its
+    samples, and the outside check bounds what that can hide)."""
+    per_call = max(per_call, 1e-7)
+    kind = device.type if device.type == "cuda" else "cpu"
+    warmup = max(1, min(task["warmup"], int(SAMPLE_SECONDS / per_call)))
+    if cold_l2:
+        iters = 1
+    elif per_call * task["iters"] > SAMPLE_SECONDS:
+        iters = max(1, int(SAMPLE_SECONDS / per_call))
+    else:
+        iters = max(task["iters"], math.ceil(SAMPLE_MIN_SECONDS[kind] / per_call))
+    iters = max(1, min(iters, sets, MAX_CALLS))
+    trials = max(3, min(task["trials"], int(CASE_SECONDS / (per_call * iters))))
+    if kind == "cpu":  # CPU timings are indicative only: keep CPU runs short
+        warmup, trials = 1, 1 if per_call > 1.0 else min(trials, 3)
+    return Plan(warmup, iters, trials)
+
+
+def _summary(method: str, name: str, samples: list[float], iters: int, host: list[float]) -> dict:
+    result = {
+        "method": name,
+        "median_us": statistics.median(samples),
+        "min_us": min(samples),
+        "max_us": max(samples),
+        "stdev_us": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        "calls_per_sample": iters,
+        "samples_us": [round(s, 4) for s in samples],
+    }
+    if host:
+        result["host_median_us"] = statistics.median(host)
+    return result
+
+
+@dataclass
+class Sampler:
+    """Runs the samples of each method of one case."""
+
+    worker: WorkerHandle
+    sets: InputSets
+    fresh: Fresh
+    device: torch.device
+    plan: Plan
+    cold_l2: bool = False
+    output_bytes: int = 0  # of one call's outputs
+    fit: int = 1  # input sets that fit in memory
+    grow: Any = None  # grow(count) -> InputSets of ``count`` sets, mapped by the worker
+    planted: dict[str, dict[int, int]] = field(default_factory=dict)  # method -> window
+    planted_outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
+    suspect: list[str] = field(default_factory=list)
+    _random: random.SystemRandom = field(default_factory=random.SystemRandom)
+    _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return "cuda" if self.device.type == "cuda" else "cpu"
+
+    def go(self, method: str, index: int, windows: list[dict[int, int]]):
+        """Refresh the sets with ``windows``, run one sample on them; (the worker's report,
+        with "same" outputs resolved, and the seconds the referee saw)."""
+        calls = len(windows)
+        self.sets.refresh(windows, self.fresh)
+        if self.cold_l2 and self.kind == "cuda":
+            timing.flush_l2(self.device, self._scratch)
+        message = {"op": "go", "method": method, "index": index, "calls": calls}
+        sent = time.perf_counter()
+        reply = self.worker.ask(message, [], protocol.Sample)
+        outside = self.worker.channel.arrived - sent
+        if os.environ.get("INFERENCE_KERNELS_TRACE"):
+            print(f"trace go {index} sent {sent:.6f} arrived {self.worker.channel.arrived:.6f}")
+        if reply.method != method or reply.index != index:
+            raise CaseEnded(statuses.PROTOCOL_VIOLATION, "the worker answered another sample")
+        outputs = reply.outputs
+        if index >= 0:
+            if outputs == "same":
+                if method not in self.refs:
+                    raise CaseEnded(statuses.PROTOCOL_VIOLATION, "outputs the same as none")
+                outputs = self.refs[method]
+            if len(outputs) != calls or any(len(o) != len(self.worker.names) for o in outputs):
+                raise CaseEnded(
+                    statuses.PROTOCOL_VIOLATION,
+                    f"the worker sent outputs of {len(outputs)} calls for a sample of {calls}",
+                )
+            self.refs[method] = outputs
+        return outputs, reply, outside
+
+    def _probe(self, method: str, index: int) -> None:
+        """A GPU that runs someone else's work makes a one-element kernel wait."""
+        if self.kind != "cuda":
+            return
+        if "probe" not in self._scratch:
+            self._scratch["probe"] = torch.zeros(1, device=self.device)
+        began = time.perf_counter()
+        self._scratch["probe"].add_(1)
+        torch.cuda.synchronize(self.device)
+        waited = time.perf_counter() - began
+        if waited > PROBE_LIMIT:
+            self.suspect.append(
+                f"{method} sample {index}: the GPU was still busy {waited * 1e3:.1f} ms after "
+                "the worker reported the sample done"
+            )
+
+    def calibrate(self) -> float:
+        """Seconds per call, by the worker's clock, over two untimed eager samples of
+        ``plan.warmup`` calls: the larger, so that a solution fast only on inputs it has
+        seen before (the second sample's sets were the first's) does not get a schedule of
+        thousands of calls. The second is skipped when the first took over a second."""
+        calls = self.plan.warmup
+        setup = {"op": "method", "method": "eager", "calls": calls, "warmup": 0}
+        self.worker.ask(setup, [], protocol.Ready)
+        per_call = 0.0
+        for _ in range(2):
+            _, reply, _ = self.go("eager", -1, [self.fresh.offsets() for _ in range(calls)])
+            per_call = max(per_call, reply.us * 1e-6)
+            if per_call * calls > 1.0:
+                break
+        return per_call
+
+    def _setup(self, method: str, iters: int, launch: str | None) -> str | None:
+        """Prepare the method's launches or capture its graph; the reason it cannot be
+        timed, if it cannot."""
+        setup = {"op": "method", "method": method, "calls": iters, "warmup": self.plan.warmup}
+        if launch:
+            setup["launch"] = launch
+        ready = self.worker.ask(setup, [], protocol.Ready, protocol.Unavailable)
+        return ready.error if isinstance(ready, protocol.Unavailable) else None
+
+    def _graph_calls(self, iters: int, launch: str | None) -> tuple[int, str | None]:
+        """A replay of the captured graph times its calls. The schedule was sized by eager
+        calls, which can take far longer than their kernels: when a replay is shorter than
+        SAMPLE_MIN_SECONDS, capture more calls (on more input sets), so that the outside
+        check's allowance stays a small part of each sample."""
+        warm = [self.fresh.offsets() for _ in range(iters)]
+        _, reply, _ = self.go("graph", -1, warm)
+        per_call = max(reply.us * 1e-6, 1e-7)
+        wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
+        if wanted <= iters:
+            return iters, None
+        if wanted > self.sets.count:
+            self.sets = self.grow(wanted)
+        return wanted, self._setup("graph", wanted, launch)
+
+    def run(self, method: str, launch: str | None = None) -> dict[str, Any]:
+        """Time ``method``; its row entry. Raises CaseEnded when the case ends here."""
+        iters, trials = self.plan.iters, self.plan.trials
+        error = self._setup(method, iters, launch)
+        if error is None and method == "graph":
+            iters, error = self._graph_calls(iters, launch)
+        if error is not None:
+            return {"error": error}
+        if method != "graph":  # a graph warmed up when it was captured
+            self.go(method, -1, [self.fresh.offsets() for _ in range(min(self.plan.warmup, iters))])
+        planted_at = (self._random.randrange(trials), self._random.randrange(iters))
+        samples, host, outside = [], [], []
+        for index in range(trials):
+            windows = [self.fresh.offsets() for _ in range(iters)]
+            if method in self.planted and index == planted_at[0]:
+                windows[planted_at[1]] = self.planted[method]
+            outputs, reply, seconds = self.go(method, index, windows)
+            self._probe(method, index)
+            if method in self.planted and index == planted_at[0]:
+                self.planted_outputs[method] = self.worker.read(outputs[planted_at[1]])
+            changed = self.sets.changed(windows, self.fresh)
+            if changed:
+                raise CaseEnded(
+                    statuses.INPUT_MUTATED,
+                    f"input(s) {', '.join(changed)} changed ({method} sample {index})",
+                )
+            samples.append(reply.us)
+            outside.append(seconds)
+            if reply.host_us is not None:
+                host.append(reply.host_us)
+        name = {"graph": "cuda-graph"}.get(
+            method, "cuda-events" if self.kind == "cuda" else "cpu-wall-clock"
+        )
+        if self.cold_l2 and self.kind == "cuda":
+            name += ", cold L2"
+        result = _summary(method, name, samples, iters, host if method != "graph" else [])
+        if method == "graph":
+            result["launch"] = launch or "run"
+        result["outside"] = self._outside(method, samples, outside, iters)
+        self._host(method, result, iters)
+        self.refs.pop(method, None)
+        return result
+
+    def _outside(self, method: str, samples: list[float], outside: list[float], iters: int):
+        """Compare the worker's times with the referee's, sample by sample; the method is
+        suspect when most samples took longer outside than the worker's time explains (a
+        worker cannot fake the median without faking most samples, and a single hiccup of
+        the machine does not make an honest one suspect). Returns what was seen."""
+        per_call = self.output_bytes * COPY_SECONDS_PER_BYTE[self.kind]
+        if method != "graph":
+            per_call += PER_OUTPUT[self.kind] * len(self.worker.names)
+        allowance = ALLOWANCE[self.kind] + per_call * iters
+        tolerance = TOLERANCE[self.kind]
+        excess = [
+            seen - (1 + tolerance) * us * 1e-6 * iters - allowance
+            for seen, us in zip(outside, samples, strict=True)
+        ]
+        seen = statistics.median(outside)
+        if statistics.median(excess) > 0:
+            self.suspect.append(
+                f"{method}: the worker reported {statistics.median(samples):.1f} us per call, "
+                f"the judge saw {seen / iters * 1e6:.1f} us per call from outside"
+            )
+        return {
+            "median_us": seen / iters * 1e6,
+            "samples_us": [round(s / iters * 1e6, 4) for s in outside],
+            "resolution_us": allowance / iters * 1e6,
+            "tolerance": tolerance,
+        }
+
+    def _host(self, method: str, result: dict, iters: int) -> None:
+        """The worker's own host clock against its events: work on another stream."""
+        host = result.get("host_median_us")
+        if (
+            host is not None
+            and host * iters > HOST_RATIO * result["median_us"] * iters + HOST_SLACK_US
+        ):
+            self.suspect.append(
+                f"{method}: the host waited far longer than the timed stream "
+                "(work outside the timer)"
+            )

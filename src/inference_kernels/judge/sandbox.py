@@ -1,0 +1,254 @@
+"""What a solution's worker can see and do: a bubblewrap sandbox and resource limits.
+
+Each worker runs under ``bwrap`` (Debian package ``bubblewrap``) in its own PID, IPC,
+network and UTS namespaces (and a user namespace when the judge is not root), with:
+
+- the whole file system read-only, and hidden from it (an empty tmpfs, or an empty file
+  over a file): the judge's cache (reference outputs, other solutions' packages), the key
+  that signs results, the dataset and its tensors (engine outputs among them), the report,
+  the candidate files, ``/tmp``, ``/run``, home directories. What the worker needs from a
+  hidden place (the Python installation, the judge's code, its own package) is bound back
+  read-only;
+- a private writable scratch ``/tmp`` of bounded size;
+- the GPU's device nodes and nothing else of ``/dev``;
+- an unprivileged identity of its own: as root, each worker gets a uid and gid no other
+  process has (from UID_BASE on) and drops to it inside before it reads any solution code
+  (``worker.drop_privileges``), so that its process limit and files are its alone; as
+  another user, the user namespace shows it as uid 65534 (mapped to that user);
+- process, memory, file-size and open-file limits (``limits``), set before bwrap starts.
+
+Every process a solution starts lives in the sandbox's PID namespace, which dies with its
+worker: nothing outlives it. ``probe`` says whether such a sandbox can be made here.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+UID = GID = 65534  # nobody / nogroup: the identity inside a user namespace
+UID_BASE = 1_900_000_000  # as root, each worker's own uid and gid: UID_BASE + a random offset
+SCRATCH_BYTES = 1 << 30  # the worker's writable /tmp
+SHM_BYTES = 256 << 20
+FILE_BYTES = 1 << 30  # largest file a worker may write (RLIMIT_FSIZE)
+WORKER_TASKS = 512  # processes and threads a worker may add (RLIMIT_NPROC)
+OPEN_FILES = 4096
+# Environment variables a worker keeps; everything else is cleared.
+PASS_ENV = (
+    "PYTHONPATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "LD_LIBRARY_PATH",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TORCH_CUDA_ARCH_LIST",
+    "INFERENCE_KERNELS_TRACE",  # the worker logs when each message came and went
+)
+ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run", "/root", "/home", "/dev/shm")
+
+
+def bwrap_path() -> str | None:
+    """$INFERENCE_KERNELS_BWRAP, else ``bwrap`` on PATH."""
+    return os.environ.get("INFERENCE_KERNELS_BWRAP") or shutil.which("bwrap")
+
+
+def memory_limit() -> int:
+    """Bytes of private memory one worker process may hold: half of physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def _tasks_of(uid: int) -> int:
+    count = 0
+    for status in glob.glob("/proc/[0-9]*/task/[0-9]*/status"):
+        try:
+            with open(status) as stream:
+                for line in stream:
+                    if line.startswith("Uid:"):
+                        count += int(line.split()[1]) == uid
+                        break
+        except OSError:
+            continue
+    return count
+
+
+def identity() -> int:
+    """The uid (and gid) a new worker runs as on the host."""
+    return UID_BASE + secrets.randbelow(1 << 24) if os.geteuid() == 0 else os.geteuid()
+
+
+def limits(memory: int, uid: int) -> dict[int, int]:
+    """The rlimits of a worker. RLIMIT_NPROC counts every task of the uid the worker runs
+    as: under root a uid of its own, so the margin is all its own; otherwise the user's,
+    shared with the user's other processes."""
+    return {
+        resource.RLIMIT_NPROC: _tasks_of(uid) + WORKER_TASKS,
+        resource.RLIMIT_DATA: memory,
+        resource.RLIMIT_FSIZE: FILE_BYTES,
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_NOFILE: OPEN_FILES,
+    }
+
+
+def apply_limits(values: dict[int, int]) -> None:
+    """Lower this process's limits (in a child before exec); a hard limit already lower
+    stays."""
+    for which, value in values.items():
+        _, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def _needed() -> list[Path]:
+    """What a worker must read: the interpreter, its libraries and the judge's code."""
+    import inference_kernels
+
+    paths = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(os.path.realpath(sys.executable)).parent.parent,
+        Path(inference_kernels.__file__).resolve().parent.parent,
+    }
+    paths.update(Path(entry).resolve() for entry in sys.path if entry and os.path.isdir(entry))
+    paths = {Path(os.path.realpath(path)) for path in paths}
+    return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+@dataclass
+class Sandbox:
+    """How to start workers in bwrap; ``secrets`` are the judge's paths to hide."""
+
+    bwrap: str
+    secrets: list[Path] = field(default_factory=list)
+    memory: int = field(default_factory=memory_limit)
+
+    def arguments(self, package: Path, cuda: bool) -> list[str]:
+        """bwrap's arguments (before ``--``) for a worker of the solution in ``package``."""
+        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        needed = _needed() + [package]
+        mounts: list[tuple[int, list[str]]] = []
+        hidden = {Path(os.path.realpath(p)) for p in [*ALWAYS_HIDDEN, *self.secrets]}
+        for secret in sorted(hidden):
+            if not secret.exists():
+                continue
+            if secret.is_dir():
+                if str(secret) == "/tmp":
+                    options = ["--perms", "1777", "--size", str(SCRATCH_BYTES)]
+                elif str(secret) == "/dev/shm":
+                    options = ["--perms", "1777", "--size", str(SHM_BYTES)]
+                else:
+                    options = []
+                mounts.append((len(secret.parts), [*options, "--tmpfs", str(secret)]))
+                for path in needed:
+                    if _inside(path, secret) and path != secret:
+                        # bwrap would make the folders on the way as private as the
+                        # originals (0700): make them traversable for the worker's uid.
+                        for folder in reversed(path.parents):
+                            if folder != secret and _inside(folder, secret):
+                                mounts.append(
+                                    (len(folder.parts), ["--perms", "0755", "--dir", str(folder)])
+                                )
+                        mounts.append((len(path.parts), ["--ro-bind", str(path), str(path)]))
+            elif not any(_inside(path, secret) for path in needed):
+                mounts.append((len(secret.parts), ["--ro-bind", "/dev/null", str(secret)]))
+        for _, mount in sorted(mounts, key=lambda item: item[0]):
+            args += mount
+        if cuda:
+            for node in sorted(glob.glob("/dev/nvidia*")):
+                args += ["--dev-bind", node, node]
+        if os.geteuid() == 0:  # the worker drops to UID itself, before any solution code
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            args += ["--unshare-user", "--uid", str(UID), "--gid", str(GID)]
+        args += [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--chdir",
+            "/tmp",
+            "--clearenv",
+        ]
+        environment = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "USER": "nobody",
+            "LOGNAME": "nobody",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TRITON_CACHE_DIR": "/tmp/triton",
+            "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
+        }
+        environment.update({k: os.environ[k] for k in PASS_ENV if k in os.environ})
+        for key, value in environment.items():
+            args += ["--setenv", key, value]
+        return args
+
+    def command(self, package: Path, cuda: bool, worker: list[str]) -> list[str]:
+        return [self.bwrap, *self.arguments(package, cuda), "--", *worker]
+
+    def worker_command(self, package: Path, cuda: bool, worker: list[str], uid: int) -> list[str]:
+        """bwrap around the worker, told the identity to drop to (under root)."""
+        return self.command(package, cuda, [*worker, "--sandboxed", str(uid)])
+
+
+@functools.cache
+def probe(bwrap: str | None) -> tuple[bool, str]:
+    """(True, what it is) when a sandbox with these namespaces starts here, else (False,
+    why not), in one line."""
+    if not bwrap:
+        return False, "bwrap (Debian package bubblewrap) is not installed"
+    try:
+        version = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=20
+        ).stdout.strip()
+        trial = Sandbox(bwrap).command(Path("/"), cuda=False, worker=["/bin/true"])
+        result = subprocess.run(trial, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return False, f"{bwrap} cannot run: {error}"
+    if result.returncode != 0:
+        reason = " ".join(result.stderr.split())[:300] or f"exit status {result.returncode}"
+        return False, f"{bwrap} cannot make a sandbox here: {reason}"
+    return True, version or "bubblewrap"
+
+
+def record(sandbox: Sandbox | None, description: str) -> dict[str, object]:
+    """The environment row's account of how workers were isolated."""
+    if sandbox is None:
+        return {"sandbox": "none", "reason": description}
+    return {
+        "sandbox": description,
+        "identity": (
+            f"a uid/gid of its own per worker (from {UID_BASE}), no capabilities"
+            if os.geteuid() == 0
+            else f"uid {UID} in a user namespace (mapped to uid {os.geteuid()}), no capabilities"
+        ),
+        "namespaces": ["pid", "ipc", "net", "uts"] + ([] if os.geteuid() == 0 else ["user"]),
+        "filesystem": "read-only; judge caches, key, dataset, report and candidates hidden",
+        "scratch_bytes": SCRATCH_BYTES,
+        "limits": {
+            "memory_bytes": sandbox.memory,
+            "file_bytes": FILE_BYTES,
+            "extra_tasks": WORKER_TASKS,
+            "open_files": OPEN_FILES,
+        },
+    }

@@ -1,0 +1,114 @@
+"""The inputs a worker calls its solution on, in buffers the referee owns and writes.
+
+``InputSets`` stacks ``count`` copies of each tensor input in one shared buffer per input
+(``shared.py``): the worker maps them, calls on set ``j``, and the referee writes fresh
+values into the floating inputs of the sets a sample will use (``refresh``) and, after the
+sample, compares every set it used byte for byte with what it wrote (``changed``): a
+write into an input, in any call, timed ones included, is seen. Integer inputs are copied
+into every set (or, when memory is short, shared by all sets) and compared with the
+pristine values. The checked call's inputs are such a stack with one set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .fresh import Fresh, floating
+from .shared import SharedBuffer, nbytes, reference
+
+CHECK_CHUNK = 64  # sets compared at a time (bounds the copy of the expected windows)
+
+
+def set_bytes(values: list[Any], share_integers: bool = False) -> int:
+    return sum(
+        nbytes(v)
+        for v in values
+        if isinstance(v, torch.Tensor) and (floating(v) or not share_integers)
+    )
+
+
+@dataclass
+class InputSets:
+    pristine: list[Any]
+    names: list[str]
+    count: int
+    device: torch.device
+    share_integers: bool = False
+    buffers: list[SharedBuffer] = field(default_factory=list)
+    views: dict[int, torch.Tensor] = field(default_factory=dict)  # input index -> [count_i, ...]
+
+    def __post_init__(self) -> None:
+        for index, value in enumerate(self.pristine):
+            if not isinstance(value, torch.Tensor):
+                continue
+            copies = 1 if self.shared(index) else self.count
+            buffer = SharedBuffer.create(copies * nbytes(value), self.device)
+            self.buffers.append(buffer)
+            view = buffer.view(0, value.dtype, [copies, *value.shape])
+            view.copy_(value.unsqueeze(0).expand_as(view))
+            self.views[index] = view
+
+    def shared(self, index: int) -> bool:
+        return self.share_integers and not floating(self.pristine[index])
+
+    def message(self, op: str) -> tuple[dict[str, Any], list[int]]:
+        """The message that shows these sets to the worker (``case``: the one set is the
+        call's inputs; ``sets``: the stacked timing sets)."""
+        fds: list[int] = []
+        buffers, inputs, shared = [], [], []
+        position = 0
+        for index, value in enumerate(self.pristine):
+            shared.append(self.shared(index))
+            if index in self.views:
+                buffers.append(self.buffers[position].describe(fds))
+                view = self.views[index]
+                inputs.append({"tensor": reference(position, 0, view if op == "sets" else view[0])})
+                position += 1
+            else:
+                inputs.append({"value": value})
+        message = {"op": op, "inputs": inputs, "buffers": buffers}
+        if op == "sets":
+            message.update(count=self.count, shared=shared)
+        return message, fds
+
+    def refresh(self, windows: list[dict[int, int]], fresh: Fresh) -> None:
+        """Write window ``windows[j]`` into set ``j``, for every floating input; returns
+        once the writes are done."""
+        for index in fresh.pools:
+            offsets = [window[index] for window in windows]
+            fresh.gather(index, offsets, self.views[index][: len(windows)])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def changed(self, windows: list[dict[int, int]], fresh: Fresh | None) -> list[str]:
+        """Names of inputs whose bytes in sets ``0..len(windows)-1`` differ from what was
+        written there (without ``fresh``: from the pristine values)."""
+        count = len(windows)
+        flags: list[tuple[str, torch.Tensor]] = []
+        for index, view in self.views.items():
+            name, value = self.names[index], self.pristine[index]
+            if fresh is not None and index in fresh.pools:
+                for start in range(0, count, CHECK_CHUNK):
+                    stop = min(count, start + CHECK_CHUNK)
+                    expected = torch.empty_like(view[start:stop])
+                    fresh.gather(index, [w[index] for w in windows[start:stop]], expected)
+                    flags.append((name, _differs(view[start:stop], expected)))
+            else:
+                used = view[:1] if self.shared(index) else view[:count]
+                flags.append((name, _differs(used, value.unsqueeze(0).expand_as(used))))
+        if not flags:
+            return []
+        found = torch.stack([flag for _, flag in flags]).tolist()
+        return sorted({name for (name, _), flag in zip(flags, found, strict=True) if flag})
+
+
+def _differs(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """A device bool: do the bytes differ anywhere? (NaN-safe: bytes, not values)."""
+    rows = actual.shape[0]
+    return torch.ne(
+        actual.reshape(rows, -1).view(torch.uint8),
+        expected.contiguous().reshape(rows, -1).view(torch.uint8),
+    ).any()

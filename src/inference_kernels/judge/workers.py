@@ -1,0 +1,302 @@
+"""The referee's side of one worker: start it (in the sandbox), ask it, stop it.
+
+``WorkerHandle.ask`` sends one message and returns the worker's answer, validated
+(``protocol.parse``). Every way a case can end in the worker comes out as ``CaseEnded``
+with its status: a reported failure (``failed``), no answer before the deadline
+(``timeout``), a dead process (``crashed``, with how it died and the end of its log), a
+message outside the protocol (``protocol_violation``). After anything but a reported
+failure the worker is stopped, since nothing it says can be trusted any more.
+
+A worker's output goes through a pipe to its log file, at most LOG_BYTES of it, so a
+solution cannot fill the judge's disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..schema import Definition, Solution
+from . import protocol, statuses
+from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
+from .loader import SolutionLoadError, usable, write_package
+from .sandbox import Sandbox, apply_limits, identity, limits
+from .shared import Inbox, SharedBuffer, TransportError
+
+LOG_BYTES = 8 << 20
+
+
+class CaseEnded(Exception):
+    """The case ends here with ``status`` (a failure) and a one-line ``error``."""
+
+    def __init__(self, status: str, error: str):
+        super().__init__(error)
+        self.status, self.error = status, error
+
+
+def _drain(pipe, log: Path) -> None:
+    written = 0
+    with pipe, log.open("ab") as stream:
+        for chunk in iter(lambda: pipe.read1(1 << 16), b""):
+            if written < LOG_BYTES:
+                stream.write(chunk[: LOG_BYTES - written])
+                stream.flush()
+                written += len(chunk)
+                if written >= LOG_BYTES:
+                    stream.write(b"\n[inference-kernels: log cut at the size limit]\n")
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it (a detached one is reparented to the sandbox's
+    init, itself below ``root``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    return found
+
+
+def _signal_tree(root: int, signum: int) -> None:
+    for _ in range(3):  # again, for what was forked while the first pass ran
+        for pid in _descendants(root):
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:] if line.strip())[:800]
+
+
+@dataclass
+class WorkerHandle:
+    solution: Solution
+    process: subprocess.Popen
+    channel: Channel
+    log: Path
+    sandboxed: bool
+    timeout: float
+    inbox: Inbox
+    names: list[str] = field(default_factory=list)  # the definition's outputs
+    loaded: protocol.Loaded | None = None
+    # Buffers this worker has mapped: freed only once it is dead (a live worker that kept a
+    # mapping could otherwise write into memory the referee reuses).
+    exported: list[SharedBuffer] = field(default_factory=list)
+    drain: threading.Thread | None = None
+    frozen: bool = False
+
+    @classmethod
+    def start(
+        cls,
+        solution: Solution,
+        definition: Definition,
+        device: torch.device,
+        sandbox: Sandbox | None,
+        folder: Path,
+        timeout: float,
+    ) -> WorkerHandle:
+        """Start a worker for ``solution`` and wait until it has loaded (or failed to)."""
+        usable(solution, definition)
+        key = hashlib.sha256(solution.name.encode()).hexdigest()[:10]
+        log = folder / "logs" / f"{str(device).replace(':', '')}-worker-{key}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        (folder / "packages").mkdir(parents=True, exist_ok=True)
+        package = write_package(
+            solution, Path(tempfile.mkdtemp(prefix=f"{key}-", dir=folder / "packages")) / "p"
+        )
+        ours, theirs = pair()
+        command = [sys.executable, "-s", "-B", "-m", "inference_kernels.judge.worker"]
+        command += ["--fd", str(theirs.fileno())]
+        values = {}
+        if sandbox is not None:
+            uid = identity()
+            command = sandbox.worker_command(package, device.type == "cuda", command, uid)
+            values = limits(sandbox.memory, uid)
+        process = subprocess.Popen(
+            command,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=(lambda: apply_limits(values)) if values else None,
+        )
+        theirs.close()
+        handle = cls(
+            solution,
+            process,
+            Channel(ours),
+            log,
+            sandbox is not None,
+            timeout,
+            Inbox(device),
+            list(definition.outputs),
+        )
+        handle.drain = threading.Thread(target=_drain, args=(process.stdout, log), daemon=True)
+        handle.drain.start()
+        init = {
+            "op": "init",
+            "device": str(device),
+            "definition": definition.model_dump_json(),
+            "solution": solution.model_dump_json(),
+            "package": str(package),
+        }
+        try:
+            handle.loaded = handle.ask(init, [], protocol.Loaded)
+        except CaseEnded as ended:
+            handle.loaded = protocol.Loaded(op="loaded", ok=False, error=ended.error)
+        return handle
+
+    # ------------------------------------------------------------------ talking
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _death(self) -> str:
+        try:
+            code = self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        signum = -code if code < 0 else code - 128 if self.sandboxed and code > 128 else 0
+        if signum > 0:
+            try:
+                how = f"killed by {signal.Signals(signum).name}"
+            except ValueError:
+                how = f"killed by signal {signum}"
+        else:
+            how = f"exited with code {code}"
+        if self.drain is not None:
+            self.drain.join(timeout=5)
+        tail = _log_tail(self.log)
+        return f"process {how}" + (f"; log: {tail}" if tail else "")
+
+    def ask(
+        self,
+        message: dict[str, Any],
+        fds: list[int],
+        *expected: type,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send ``message`` (with descriptors) and return the answer as one of ``expected``;
+        raise CaseEnded otherwise. Buffers the answer announces are mapped here."""
+        seconds = self.timeout if timeout is None else timeout
+        received: list[int] = []
+        try:
+            self.channel.send(message, fds, timeout=seconds)
+            answer, received = self.channel.recv(time.monotonic() + seconds)
+            parsed = protocol.parse(answer, *expected)
+            if isinstance(parsed, (protocol.Checked, protocol.Sample)):
+                self.inbox.announce([b.model_dump() for b in parsed.buffers], received)
+        except ChannelTimeout:
+            self.stop()
+            raise CaseEnded(statuses.TIMEOUT, f"no answer within {seconds:.0f} s") from None
+        except (ChannelClosed, OSError):
+            self.stop(kill=False)
+            raise CaseEnded(statuses.CRASHED, self._death()) from None
+        except (ProtocolError, protocol.Violation, TransportError) as error:
+            self.stop()
+            raise CaseEnded(
+                statuses.PROTOCOL_VIOLATION, f"the worker sent a message the judge refuses: {error}"
+            ) from None
+        finally:
+            close_fds(received)
+        if isinstance(parsed, protocol.Failed):
+            raise CaseEnded(parsed.status, parsed.error)
+        return parsed
+
+    def read(self, refs) -> list[torch.Tensor]:
+        """Private copies of the tensors a message named; a bad reference ends the case."""
+        try:
+            return self.inbox.read([ref.model_dump() for ref in refs])
+        except TransportError as error:
+            self.stop()
+            raise CaseEnded(
+                statuses.PROTOCOL_VIOLATION, f"the worker sent outputs the judge refuses: {error}"
+            ) from None
+
+    def end_case(self) -> None:
+        """Let the worker release the case's buffers (a worker that does not answer goes),
+        then freeze it and everything it started until its next case: between its cases a
+        solution runs nothing (no load on the GPU while another solution is timed)."""
+        self.inbox.close()
+        if self.alive():
+            try:
+                self.ask({"op": "end"}, [], protocol.Ended, timeout=min(self.timeout, 60))
+            except CaseEnded:
+                pass
+        if self.alive():
+            _signal_tree(self.process.pid, signal.SIGSTOP)
+            self.frozen = True
+        self.release()
+
+    def thaw(self) -> None:
+        if self.frozen and self.alive():
+            _signal_tree(self.process.pid, signal.SIGCONT)
+        self.frozen = False
+
+    def release(self) -> None:
+        """Free the buffers this worker mapped, if it is dead."""
+        if not self.alive():
+            for buffer in self.exported:
+                buffer.release()
+            self.exported = []
+
+    def stop(self, kill: bool = True) -> None:
+        if self.alive():
+            if kill:
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except OSError:
+                    self.process.kill()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.channel.close()
+        self.inbox.close()
+        self.release()
+
+    def exit(self) -> None:
+        """Retire the worker: a frozen one is killed as it is (thawed, what it left running
+        would run again before it dies)."""
+        if self.frozen:
+            _signal_tree(self.process.pid, signal.SIGKILL)
+        if self.alive():
+            try:
+                self.channel.send({"op": "exit"}, [], timeout=5)
+                self.process.wait(timeout=5)
+            except (ChannelClosed, ChannelTimeout, OSError, subprocess.TimeoutExpired):
+                pass
+        self.stop()
+
+
+def start_or_fail(*args, **kwargs) -> WorkerHandle | str:
+    """A started worker, or the one-line reason it cannot be used."""
+    try:
+        return WorkerHandle.start(*args, **kwargs)
+    except SolutionLoadError as error:
+        return str(error)

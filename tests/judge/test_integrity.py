@@ -1,0 +1,132 @@
+"""What the judge trusts outside a run is authenticated: the sandbox it needs, the files it
+was pinned to, the rows it wrote, the references it cached."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.errors import DatasetError
+from inference_kernels.judge.manifest import Manifest
+from inference_kernels.judge.reference_cache import ReferenceCache
+from inference_kernels.judge.results import earlier_rows
+from inference_kernels.judge.scheduler import Job, Options, run_jobs
+from inference_kernels.judge.session import NoSandbox, judge
+from inference_kernels.signing import key, sign_row
+
+HONEST = (SOLUTIONS / "honest_main.py").read_text()
+
+
+def test_without_bwrap_the_run_refuses_and_touches_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERENCE_KERNELS_BWRAP", str(tmp_path / "no-bwrap"))
+    report = tmp_path / "results.jsonl"
+    report.write_text("earlier\n")
+    request = candidates_request(tmp_path, [write_candidate(tmp_path, "honest", HONEST)])
+    with pytest.raises(NoSandbox, match="pass --no-sandbox"):
+        judge(load_dataset(ROOT / "dataset"), request)
+    assert report.read_text() == "earlier\n"
+    command = [sys.executable, "-m", "inference_kernels.cli", "run", "-d", DEFINITION,
+               "--report", str(report), "--cache", str(tmp_path / "cache")]  # fmt: skip
+    refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "no sandbox:" in refused.stderr and "bubblewrap" in refused.stderr
+    ran = subprocess.run(
+        [*command, "--no-sandbox", "--validation-only"],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-1000:]
+    environment = json.loads(report.read_text().splitlines()[0])
+    assert environment["isolation"]["sandbox"] == "none"
+
+
+def test_the_environment_row_says_how_workers_were_isolated(tmp_path):
+    request = candidates_request(
+        tmp_path, [write_candidate(tmp_path, "honest", HONEST)], validation_only=True
+    )
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    isolation = rows[0]["isolation"]
+    assert isolation["sandbox"].startswith("bubblewrap")
+    assert isolation["identity"].endswith("no capabilities")
+    assert {"pid", "ipc", "net"} <= set(isolation["namespaces"])
+    assert set(rows[0]["manifest"]) == {"dataset", "judge"}
+
+
+def test_resume_refuses_a_report_written_under_other_files(dataset_copy, tmp_path):
+    request = candidates_request(
+        tmp_path, [write_candidate(tmp_path, "honest", HONEST)], validation_only=True
+    )
+    judge(load_dataset(dataset_copy), request)
+    captures = dataset_copy / "captures.jsonl"
+    captures.write_text(captures.read_text() + "\n")  # no case changes, but a pinned file does
+    request.resume = True
+    with pytest.raises(DatasetError, match="the dataset changed"):
+        judge(load_dataset(dataset_copy), request)
+
+
+def test_a_file_that_changes_during_a_run_stops_it(dataset_copy, tmp_path):
+    dataset = load_dataset(dataset_copy)
+    manifest = Manifest.of(dataset, {DEFINITION}, [])
+    pinned = manifest.hashes()
+    manifest.check(pinned, "here")  # unchanged: nothing to say
+    workloads = dataset.workloads[DEFINITION][:2]
+    jobs = [
+        Job(dataset.definitions[DEFINITION], w, dataset.tasks[DEFINITION],
+            [dataset.solutions[f"torch_{DEFINITION}"]])
+        for w in workloads
+    ]  # fmt: skip
+    options = Options(data_root=dataset_copy, cache=tmp_path / "cache", folder=tmp_path / "run",
+                      validation_only=True, timeout=60)  # fmt: skip
+    from inference_kernels.judge.results import ResultWriter
+
+    writer = ResultWriter(None)
+    checks = []
+
+    def before_job():
+        checks.append(1)
+        if len(checks) == 2:  # between the two workloads, a task is edited
+            path = dataset_copy / f"tasks/{DEFINITION}.json"
+            path.write_text(path.read_text() + " ")
+        manifest.check(pinned, "run")
+
+    with pytest.raises(DatasetError, match="changed since this run began"):
+        run_jobs(jobs, ["cpu"], options, writer, before_job=before_job)
+    assert [row["uuid"] for row in writer.rows] == [workloads[0].uuid]  # the first row is kept
+
+
+def test_rows_that_fail_their_mac_are_dropped_on_resume_and_the_file_rewritten(tmp_path):
+    path = tmp_path / "results.jsonl"
+    environment = sign_row(
+        {"type": "environment", "started_at": "t", "devices": [], "versions": {}}
+    )
+    good = sign_row(
+        {"type": "case", "definition": "d", "solution": "s", "uuid": "u1", "status": "passed"}
+    )
+    forged = {**sign_row({"type": "case", "definition": "d", "solution": "s", "uuid": "u2",
+                          "status": "mismatch"}), "status": "passed"}  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in (environment, good, forged)))
+    earlier = earlier_rows(path)
+    assert earlier.dropped == 1 and set(earlier.cases) == {("d", "s", "u1")}
+    assert len(path.read_text().splitlines()) == 2  # the forged row is gone from the file
+    path.write_text(json.dumps({**environment, "started_at": "edited"}) + "\n")
+    with pytest.raises(DatasetError, match="not signed by this judge's key"):
+        earlier_rows(path)
+
+
+def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_path):
+    cache = ReferenceCache(tmp_path, key())
+    outputs = [torch.arange(6.0).reshape(2, 3), torch.tensor([1, 2], dtype=torch.int32)]
+    cache.store("k", outputs)
+    loaded = cache.load("k", torch.device("cpu"))
+    assert all(torch.equal(a, b) for a, b in zip(loaded, outputs, strict=True))
+    data = (tmp_path / "k.safetensors").read_bytes()
+    changed = data.replace(torch.arange(6.0).numpy().tobytes(), bytes(24))
+    assert changed != data
+    (tmp_path / "k.safetensors").write_bytes(changed)
+    assert cache.load("k", torch.device("cpu")) is None
+    assert not (tmp_path / "k.safetensors").exists()  # gone, to be computed again
+    cache.store("k", outputs)
+    assert ReferenceCache(tmp_path, bytes(32)).load("k", torch.device("cpu")) is None  # other key

@@ -1,0 +1,151 @@
+"""What crosses from a worker to the referee is bounded, validated data: frames, buffers
+and tensor references that do not hold up end as errors, never as reads out of bounds,
+faults or unpickled objects."""
+
+import fcntl
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from inference_kernels.judge import protocol
+from inference_kernels.judge.channel import Channel, ChannelTimeout, ProtocolError, pair
+from inference_kernels.judge.shared import Inbox, Outbox, TransportError
+
+CPU = torch.device("cpu")
+
+
+def test_tensors_round_trip_through_a_sealed_memfd_arena():
+    outbox, inbox = Outbox(CPU), Inbox(CPU)
+    tensors = [torch.arange(10, dtype=torch.int32), torch.randn(3, 4).bfloat16()[:, 1:]]
+    refs = outbox.add(tensors)
+    inbox.announce(outbox.new, outbox.fds)
+    copies = inbox.read(refs)
+    assert all(torch.equal(a, b) for a, b in zip(copies, tensors, strict=True))
+    outbox.sent()
+    again = outbox.add([torch.ones(2)])  # the same arena, announced once
+    assert outbox.new == [] and again[0]["buffer"] == refs[0]["buffer"]
+    assert torch.equal(inbox.read(again)[0], torch.ones(2))
+    inbox.close()
+
+
+def _memfd(size: int, seals: int = 0) -> int:
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda tmp: _memfd(4096), "not sealed against shrinking"),  # could fault the reader
+        (lambda tmp: os.open(tmp / "file", os.O_RDWR | os.O_CREAT), "not a sealable memfd"),
+        (lambda tmp: os.pipe()[0], "not a shared-memory file"),
+    ],
+)
+def test_buffers_the_referee_could_fault_on_are_refused(tmp_path, make, message):
+    fd = make(tmp_path)
+    with pytest.raises(TransportError, match=message):
+        Inbox(CPU).announce([{"id": 0, "kind": "memfd", "fd": 0, "size": 4096}], [fd])
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"offset": 4000, "dtype": "float32", "shape": [100], "stride": [1]},  # past the end
+        {"offset": 0, "dtype": "float32", "shape": [10, 10], "stride": [1000, 1]},
+        {"offset": 2, "dtype": "float32", "shape": [1], "stride": [1]},  # misaligned
+        {"offset": 0, "dtype": "complex_thing", "shape": [1], "stride": [1]},
+    ],
+)
+def test_references_outside_their_buffer_are_refused(ref):
+    inbox = Inbox(CPU)
+    fd = _memfd(4096, fcntl.F_SEAL_SHRINK)
+    inbox.announce([{"id": 3, "kind": "memfd", "fd": 0, "size": 4096}], [fd])
+    with pytest.raises(TransportError):
+        inbox.read([{"buffer": 3, **ref}])
+    with pytest.raises(TransportError, match="never announced"):
+        inbox.read([{"buffer": 4, "offset": 0, "dtype": "int8", "shape": [1], "stride": [1]}])
+    with pytest.raises(TransportError, match="not new"):  # an id cannot be pointed elsewhere
+        inbox.announce([{"id": 3, "kind": "memfd", "fd": 0, "size": 4096}], [_memfd(64, 1)])
+
+
+def test_frames_are_bounded_and_must_be_json_objects():
+    ours, theirs = pair()
+    channel = Channel(ours)
+    theirs.sendall(b"\xff\xff\xff\x7f\x00\x00\x00\x00")  # 2 GB announced
+    with pytest.raises(ProtocolError, match="at most"):
+        channel.recv()
+    for body in (b"\x80\x04K\x01.", b"[1, 2]"):  # a pickle; JSON that is not an object
+        theirs.sendall(len(body).to_bytes(4, "little") + b"\0\0\0\0" + body)
+        with pytest.raises(ProtocolError):
+            channel.recv()
+    with pytest.raises(ChannelTimeout):
+        channel.recv(deadline=0)
+
+
+def test_a_frame_cut_short_times_out_instead_of_hanging():
+    ours, theirs = pair()
+    theirs.sendall((100).to_bytes(4, "little") + b"\0\0\0\0" + b'{"op": ')
+    began = time.monotonic()
+    with pytest.raises(ChannelTimeout):
+        Channel(ours).recv(deadline=time.monotonic() + 0.5)
+    assert time.monotonic() - began < 5
+
+
+def test_descriptors_travel_with_their_frame():
+    ours, theirs = pair()
+    fd = _memfd(64, fcntl.F_SEAL_SHRINK)
+    sender = threading.Thread(target=Channel(theirs).send, args=({"op": "x"}, [fd]))
+    sender.start()
+    message, fds = Channel(ours).recv()
+    sender.join()
+    assert message == {"op": "x"} and len(fds) == 1 and os.fstat(fds[0]).st_size == 64
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"op": "checked", "seconds": 1.0, "outputs": [], "buffers": [], "status": "passed"},
+        {"op": "failed", "status": "passed", "error": ""},
+        {"op": "sample", "method": "eager", "index": 0, "us": -1.0, "outputs": [], "buffers": []},
+        {"op": "sample", "method": "turbo", "index": 0, "us": 1.0, "outputs": [], "buffers": []},
+        {
+            "op": "checked",
+            "seconds": 1.0,
+            "outputs": [
+                {
+                    "buffer": 0,
+                    "offset": 0,
+                    "dtype": "float32",
+                    "shape": [1],
+                    "stride": [1],
+                    "verdict": "passed",
+                }
+            ],
+            "buffers": [],
+        },
+    ],  # fmt: skip
+)
+def test_the_protocol_refuses_anything_it_does_not_define(message):
+    with pytest.raises(protocol.Violation):
+        protocol.parse(message, protocol.Checked, protocol.Sample)
+
+
+def test_a_worker_can_report_only_failures():
+    assert (
+        protocol.parse(
+            {"op": "failed", "status": "runtime_error", "error": "x"}, protocol.Checked
+        ).status
+        == "runtime_error"
+    )
+    assert "passed" not in protocol.WORKER_FAILURES
+
+
+def test_an_unexpected_kind_is_refused_even_when_well_formed():
+    with pytest.raises(protocol.Violation, match="where checked was due"):
+        protocol.parse({"op": "ended"}, protocol.Checked)
