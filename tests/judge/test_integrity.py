@@ -130,3 +130,34 @@ def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_pat
     assert not (tmp_path / "k.safetensors").exists()  # gone, to be computed again
     cache.store("k", outputs)
     assert ReferenceCache(tmp_path, bytes(32)).load("k", torch.device("cpu")) is None  # other key
+
+
+MARKUP = """from .honest import decode
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale):
+    raise RuntimeError("bad [/] input [red]")
+"""
+
+
+def test_text_a_solution_controls_is_printed_as_text(tmp_path):
+    """A failure whose message held a closing tag ("[/]") once made Rich raise in the run's
+    row printer, and the run died after the first workload with a traceback."""
+    from typer.testing import CliRunner
+
+    from inference_kernels.cli import app
+
+    candidate = write_candidate(tmp_path, "markup[b]", MARKUP)
+    first, second = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())["dev"][:2]
+    result = CliRunner().invoke(
+        app,
+        ["run", "-d", DEFINITION, "-s", "none", "--candidate", str(candidate), "-w", first,
+         "-w", second, "--validation-only", "--report", str(tmp_path / "r.jsonl"),
+         "--cache", str(tmp_path / "cache")],
+        terminal_width=300,
+    )  # fmt: skip
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "bad [/] input [red]" in result.output
+    rows = map(json.loads, (tmp_path / "r.jsonl").read_text().splitlines())
+    cases = [r for r in rows if r.get("type") == "case" and r["solution"] == "markup[b]"]
+    assert [r["status"] for r in cases] == ["runtime_error"] * 2

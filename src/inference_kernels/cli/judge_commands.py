@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DatasetError
@@ -134,11 +135,9 @@ def run(
         def on_row(row) -> None:
             progress.advance(bar)
             if row.status != "passed" and not as_json:
-                errors.print(
-                    f"[red]{row.status}[/red] {row.definition} {row.solution} {row.uuid}: "
-                    f"{row.error or ''}",
-                    highlight=False,
-                )
+                # Names and errors are text a solution controls: never read as markup.
+                where = escape(f"{row.definition} {row.solution} {row.uuid}: {row.error or ''}")
+                errors.print(f"[red]{escape(row.status)}[/red] {where}", highlight=False)
 
         try:
             rows = judge(loaded, request, on_row, lambda n: progress.update(bar, total=n))
@@ -186,11 +185,11 @@ def _run_table(table: list[dict]) -> None:
     for entry in table:
         failed = ", ".join(f"{k} {v}" for k, v in entry["failed"].items())
         view.add_row(
-            entry["definition"],
-            entry["solution"],
+            escape(entry["definition"]),
+            escape(entry["solution"]),
             inputs_label(entry["inputs"]),
             f"{entry['passed']}/{entry['cases']}",
-            f"[red]{failed}[/red]" if failed else "",
+            f"[red]{escape(failed)}[/red]" if failed else "",
             f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
             entry["method"],
             f"{entry['speedup']:.2f}x" if entry["speedup"] else "-",
@@ -254,9 +253,9 @@ def compare(
         speedup = f"{entry['speedup']:.3f}x" if entry["speedup"] else "-"
         spread = f"{entry['min']:.2f}-{entry['max']:.2f}" if entry["pairs"] else "-"
         view.add_row(
-            entry["definition"],
-            entry["solution"],
-            entry["against"],
+            escape(entry["definition"]),
+            escape(entry["solution"]),
+            escape(entry["against"]),
             inputs_label(entry["inputs"]),
             str(entry["pairs"]),
             speedup,
@@ -314,8 +313,8 @@ def preferred(
     else:
         for entry in picked["definitions"]:
             console.print(
-                f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us, "
-                f"{inputs_label(entry['inputs'])} inputs)",
+                escape(f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us, ")
+                + f"{inputs_label(entry['inputs'])} inputs)",
                 highlight=False,
             )
         console.print(f"wrote {output}", highlight=False)

@@ -148,6 +148,8 @@ class Sample(_Strict):
     @field_validator("us", "host_us")
     @classmethod
     def _times(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("a time must be positive")  # a call takes time; 0 is a lie
         return _finite(value)
 
 

@@ -42,6 +42,7 @@ PREHEAT_SECONDS = 10.0
 # of sustained work.
 STEADY_SECONDS = 1.0
 SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
+OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
 SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 MAX_SETS = 4000
 
@@ -216,7 +217,7 @@ class Referee:
         checked = worker.ask(message, fds, protocol.Checked)
         if len(checked.outputs) != len(job.expected):
             raise CaseEnded(statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count")
-        self._compare("call", worker.read(checked.outputs), job.expected, verdict)
+        self._compare("call", worker.read(checked.outputs, job.expected), job.expected, verdict)
         changed = call.changed([{}], None)
         if changed:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")
@@ -224,18 +225,22 @@ class Referee:
             self._time(worker, verdict, checked.seconds)
 
     def _fit(self) -> tuple[int, bool]:
-        """How many timing input sets fit in memory, and whether integer inputs must be
-        shared by all sets to fit two."""
+        """How many calls a sample may have: input sets that fit in memory, and outputs the
+        worker keeps for a sample (on the CPU it copies them all into shared memory); and
+        whether integer inputs must be shared by all sets to fit two."""
         job = self.current
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             budget = int(free * SETS_BUDGET_CUDA_FRACTION)
+            outputs = budget
         else:
-            budget = SETS_BUDGET_CPU
+            budget, outputs = SETS_BUDGET_CPU, OUTPUTS_BUDGET_CPU
+        calls = outputs // max(sum(o.numel() * o.element_size() for o in job.expected), 1)
         fit = budget // max(set_bytes(job.pristine), 1)
-        if fit >= 2:
-            return min(fit, MAX_SETS), False
-        return max(1, min(MAX_SETS, budget // max(set_bytes(job.pristine, True), 1))), True
+        share = fit < 2
+        if share:
+            fit = budget // max(set_bytes(job.pristine, True), 1)
+        return max(1, min(MAX_SETS, fit, calls)), share
 
     def _sets(self, worker: WorkerHandle, count: int, share: bool) -> InputSets:
         """``count`` timing input sets, mapped by the worker."""
@@ -269,6 +274,7 @@ class Referee:
         sampler = Sampler(worker, sets, job.fresh, self.device, Plan(warmup, 1, 1), cold)
         sampler.output_bytes = sum(o.numel() * o.element_size() for o in job.expected)
         sampler.fit = fit
+        sampler.shapes = job.expected
         sampler.grow = lambda count: self._sets(worker, count, share)
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold)

@@ -70,8 +70,8 @@ def make_sandbox(request: Request, dataset: Dataset, cache: Path) -> tuple[Sandb
     secrets = [cache, key_folder(), dataset.root, bundled, *request.candidates]
     if request.data_root:
         secrets.append(request.data_root)
-    if request.report:
-        secrets.append(request.report)
+    if request.report:  # its folder: other reports in it are no business of a solution
+        secrets.append(request.report.resolve().parent)
     return Sandbox(bwrap_path(), secrets), record(Sandbox(bwrap_path()), description)
 
 

@@ -267,18 +267,19 @@ class Inbox:
         self.device = device
         self.imports = cuda_ipc.Imports(device) if device.type == "cuda" else None
         self.raws: dict[int, torch.Tensor] = {}
+        self.handles: dict[int, str] = {}  # CUDA buffers announced, opened when first read
         self.maps: list[mmap.mmap] = []
 
     def announce(self, buffers: list[dict[str, Any]], fds: list[int]) -> None:
+        """Record the buffers a message announces: a memfd is checked and mapped now (its
+        descriptor goes with the message); a CUDA handle only when a tensor in it is read,
+        so that announcing thousands costs the referee nothing."""
         for buffer in buffers:
             identity, kind = buffer.get("id"), buffer.get("kind")
-            if not isinstance(identity, int) or identity in self.raws:
+            if not isinstance(identity, int) or identity in self.raws or identity in self.handles:
                 raise TransportError(f"buffer id {identity!r} is not new")
             if kind == "cuda" and self.imports is not None:
-                try:
-                    self.raws[identity] = self.imports.open(str(buffer.get("handle")))
-                except cuda_ipc.CudaIpcError as error:
-                    raise TransportError(str(error)) from None
+                self.handles[identity] = str(buffer.get("handle"))
             elif kind == "memfd" and self.imports is None:
                 index = buffer.get("fd")
                 if not isinstance(index, int) or not 0 <= index < len(fds):
@@ -297,19 +298,25 @@ class Inbox:
             else:
                 raise TransportError(f"a buffer of kind {kind!r} on {self.device.type}")
 
+    def _raw(self, identity: int) -> torch.Tensor:
+        if identity not in self.raws and identity in self.handles:
+            try:
+                self.raws[identity] = self.imports.open(self.handles[identity])
+            except cuda_ipc.CudaIpcError as error:
+                raise TransportError(str(error)) from None
+        raw = self.raws.get(identity)
+        if raw is None:
+            raise TransportError(f"a tensor names buffer {identity}, never announced")
+        return raw
+
     def read(self, refs: list[dict[str, Any]]) -> list[torch.Tensor]:
         """Private copies of the tensors ``refs`` name."""
-        copies = []
-        for ref in refs:
-            raw = self.raws.get(ref["buffer"])
-            if raw is None:
-                raise TransportError(f"a tensor names buffer {ref['buffer']}, never announced")
-            copies.append(_typed(raw, ref).clone())
-        return copies
+        return [_typed(self._raw(ref["buffer"]), ref).clone() for ref in refs]
 
     def close(self) -> None:
         """The case is over: unmap everything (views first: a mapping with views stays)."""
         self.raws.clear()
+        self.handles.clear()
         for mapped in self.maps:
             mapped.close()
         self.maps = []

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
 from . import protocol, statuses
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
@@ -76,12 +77,47 @@ def _descendants(root: int) -> list[int]:
 
 
 def _signal_tree(root: int, signum: int) -> None:
+    """Signal ``root`` and what runs below it, by a scan of /proc: a process that forks
+    and exits faster than the scan can stay ahead of it (see ``_signal_uid``)."""
     for _ in range(3):  # again, for what was forked while the first pass ran
         for pid in _descendants(root):
             try:
                 os.kill(pid, signum)
             except OSError:
                 pass
+
+
+def _signal_uid(uid: int, signum: int) -> None:
+    """Signal every process of ``uid`` at once: a child becomes ``uid`` and calls
+    kill(-1), which the kernel delivers to them all under one lock, a fork in flight
+    included. Under root each worker has a uid of its own, so that is its whole sandbox."""
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signum)
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(child, 0)
+
+
+def _running(uid: int) -> list[int]:
+    """Processes of ``uid`` that are not stopped (or dead)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid and fields["State"].split()[0] in "RSD":
+            found.append(int(status.parent.name))
+    return found
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
@@ -108,6 +144,7 @@ class WorkerHandle:
     exported: list[SharedBuffer] = field(default_factory=list)
     drain: threading.Thread | None = None
     frozen: bool = False
+    uid: int | None = None  # the worker's own uid (under root): signals reach all of it
 
     @classmethod
     def start(
@@ -131,7 +168,7 @@ class WorkerHandle:
         ours, theirs = pair()
         command = [sys.executable, "-s", "-B", "-m", "inference_kernels.judge.worker"]
         command += ["--fd", str(theirs.fileno())]
-        values = {}
+        values, uid = {}, None
         if sandbox is not None:
             uid = identity()
             command = sandbox.worker_command(package, device.type == "cuda", command, uid)
@@ -155,6 +192,7 @@ class WorkerHandle:
             timeout,
             Inbox(device),
             list(definition.outputs),
+            uid=uid if os.geteuid() == 0 else None,
         )
         handle.drain = threading.Thread(target=_drain, args=(process.stdout, log), daemon=True)
         handle.drain.start()
@@ -228,11 +266,21 @@ class WorkerHandle:
             raise CaseEnded(parsed.status, parsed.error)
         return parsed
 
-    def read(self, refs) -> list[torch.Tensor]:
-        """Private copies of the tensors a message named; a bad reference ends the case."""
+    def read(self, refs, expected: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Private copies of the tensors a message named, where they have the expected
+        shape and dtype; where they have not, an empty (meta) tensor of what was claimed,
+        which the comparison refuses without anything being read (a claimed shape of 2^40
+        elements at stride 0 fits any buffer). A bad reference ends the case."""
         try:
-            return self.inbox.read([ref.model_dump() for ref in refs])
-        except TransportError as error:
+            copies = []
+            for ref, wanted in zip(refs, expected, strict=True):
+                claimed = TORCH_DTYPES[ref.dtype]
+                if list(ref.shape) != list(wanted.shape) or claimed != wanted.dtype:
+                    copies.append(torch.empty(ref.shape, dtype=claimed, device="meta"))
+                else:
+                    copies.append(self.inbox.read([ref.model_dump()])[0])
+            return copies
+        except Exception as error:  # TransportError, or what torch says of a bad view
             self.stop()
             raise CaseEnded(
                 statuses.PROTOCOL_VIOLATION, f"the worker sent outputs the judge refuses: {error}"
@@ -249,13 +297,30 @@ class WorkerHandle:
             except CaseEnded:
                 pass
         if self.alive():
-            _signal_tree(self.process.pid, signal.SIGSTOP)
+            self._signal(signal.SIGSTOP)
             self.frozen = True
+            if self.uid is not None and not self._stopped():
+                self._signal(signal.SIGKILL)  # something would not stop: it all goes
         self.release()
+
+    def _signal(self, signum: int) -> None:
+        if self.uid is not None:
+            _signal_uid(self.uid, signum)
+        if signum != signal.SIGSTOP or self.uid is None:
+            _signal_tree(self.process.pid, signum)
+
+    def _stopped(self, seconds: float = 0.5) -> bool:
+        """Has every process of the worker's uid stopped (a signal takes a moment)?"""
+        deadline = time.monotonic() + seconds
+        while _running(self.uid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
 
     def thaw(self) -> None:
         if self.frozen and self.alive():
-            _signal_tree(self.process.pid, signal.SIGCONT)
+            self._signal(signal.SIGCONT)
         self.frozen = False
 
     def release(self) -> None:
@@ -266,6 +331,8 @@ class WorkerHandle:
             self.exported = []
 
     def stop(self, kill: bool = True) -> None:
+        if kill and self.uid is not None:
+            _signal_uid(self.uid, signal.SIGKILL)  # all of it, whatever it forked
         if self.alive():
             if kill:
                 try:
@@ -284,7 +351,7 @@ class WorkerHandle:
         """Retire the worker: a frozen one is killed as it is (thawed, what it left running
         would run again before it dies)."""
         if self.frozen:
-            _signal_tree(self.process.pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
         if self.alive():
             try:
                 self.channel.send({"op": "exit"}, [], timeout=5)

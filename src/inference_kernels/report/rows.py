@@ -62,12 +62,13 @@ def case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def case_time(row: dict[str, Any]) -> tuple[float, str] | None:
-    """(microseconds per call, method) of a passed case, or None."""
+    """(microseconds per call, method) of a passed case, or None (a time that is not
+    positive is no time: no ratio is taken of it)."""
     if row.get("status") != "passed":
         return None
     for method in TIME_PREFERENCE:
         timing = row.get("timing", {}).get(method, {})
-        if "median_us" in timing:
+        if isinstance(timing.get("median_us"), (int, float)) and timing["median_us"] > 0:
             return timing["median_us"], timing.get("method", method)
     return None
 
