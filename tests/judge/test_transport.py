@@ -4,6 +4,7 @@ faults or unpickled objects."""
 
 import fcntl
 import os
+import subprocess
 import threading
 import time
 
@@ -13,6 +14,7 @@ import torch
 from inference_kernels.judge import protocol
 from inference_kernels.judge.channel import Channel, ChannelTimeout, ProtocolError, pair
 from inference_kernels.judge.shared import Inbox, Outbox, TransportError
+from inference_kernels.judge.workers import WorkerHandle
 
 CPU = torch.device("cpu")
 
@@ -149,3 +151,25 @@ def test_a_worker_can_report_only_failures():
 def test_an_unexpected_kind_is_refused_even_when_well_formed():
     with pytest.raises(protocol.Violation, match="where checked was due"):
         protocol.parse({"op": "ended"}, protocol.Checked)
+
+
+def test_a_worker_reuses_its_buffers_case_after_case_and_frees_them_only_once_dead(tmp_path):
+    """Input buffers stay mapped by a live worker, so they are never freed while it runs;
+    each later case borrows them again instead of allocating more (on the H200 a worker's
+    buffers once piled up until cuMemAlloc failed)."""
+    process = subprocess.Popen(["sleep", "60"])
+    worker = WorkerHandle(None, process, None, tmp_path / "log", False, 1.0, Inbox(CPU))
+    first = [worker.lend(size, CPU) for size in (1000, 5000)]
+    assert len({id(b) for b in first}) == 2 and worker.pooled() == 256 * 4 + 256 * 20
+    worker.release()  # the case ended; the worker lives on
+    assert all(b.tensor is not None for b in first)
+    again = worker.lend(900, CPU)  # the smallest idle buffer that is large enough
+    assert again is first[0]
+    larger = worker.lend(4000, CPU)
+    assert larger is first[1] and worker.pooled(idle_only=True) == 0
+    grown = worker.lend(100, CPU)  # both are lent in this case: a new one
+    assert grown not in first and len(worker.pool) == 3
+    process.kill()
+    process.wait()
+    worker.release()
+    assert worker.pool == [] and all(b.tensor is None for b in first)

@@ -45,6 +45,10 @@ SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
 OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
 SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 MAX_SETS = 4000
+# A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``); one
+# that holds more than this between cases is replaced, so that its buffers can be freed.
+POOL_FRACTION = 0.25  # of the device's memory
+POOL_CPU = 2 << 30  # bytes
 
 
 @dataclass
@@ -100,6 +104,8 @@ class Referee:
         cached = expected is not None
         if expected is None:
             expected = self._reference(definition, workload, made.values)
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # the reference's temporaries: room for the inputs
             if isinstance(expected, str):
                 return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
             self.cache.store(key, expected)
@@ -141,6 +147,9 @@ class Referee:
 
     def _worker(self, solution: schema.Solution) -> WorkerHandle:
         handle = self.workers.get(solution.name)
+        if isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit():
+            handle.exit()  # its buffers can only be freed once it is gone
+            handle = None
         if handle is None or (isinstance(handle, WorkerHandle) and not handle.alive()):
             if isinstance(handle, WorkerHandle):
                 handle.stop()
@@ -161,6 +170,12 @@ class Referee:
                 statuses.LOAD_FAILED, handle.loaded.error or "the solution did not load"
             )
         return handle
+
+    def _pool_limit(self) -> int:
+        """Bytes of input buffers a worker may keep between its cases."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.get_device_properties(self.device).total_memory * POOL_FRACTION)
+        return POOL_CPU
 
     def _retire(self, name: str) -> None:
         handle = self.workers.pop(name)
@@ -210,8 +225,8 @@ class Referee:
 
     def _case(self, worker: WorkerHandle, verdict: dict[str, Any]) -> None:
         job = self.current
-        call = InputSets(job.pristine, list(job.definition.inputs), 1, self.device)
-        worker.exported += call.buffers
+        names = list(job.definition.inputs)
+        call = InputSets(job.pristine, names, 1, self.device, allocate=worker.lend)
         message, fds = call.message("case")
         message["workload"] = job.workload.model_dump(mode="json")
         checked = worker.ask(message, fds, protocol.Checked)
@@ -224,14 +239,14 @@ class Referee:
         if not self.options["validation_only"]:
             self._time(worker, verdict, checked.seconds)
 
-    def _fit(self) -> tuple[int, bool]:
+    def _fit(self, worker: WorkerHandle) -> tuple[int, bool]:
         """How many calls a sample may have: input sets that fit in memory, and outputs the
         worker keeps for a sample (on the CPU it copies them all into shared memory); and
         whether integer inputs must be shared by all sets to fit two."""
         job = self.current
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            budget = int(free * SETS_BUDGET_CUDA_FRACTION)
+            budget = int((free + worker.pooled(idle_only=True)) * SETS_BUDGET_CUDA_FRACTION)
             outputs = budget
         else:
             budget, outputs = SETS_BUDGET_CPU, OUTPUTS_BUDGET_CPU
@@ -245,8 +260,8 @@ class Referee:
     def _sets(self, worker: WorkerHandle, count: int, share: bool) -> InputSets:
         """``count`` timing input sets, mapped by the worker."""
         job = self.current
-        sets = InputSets(job.pristine, list(job.definition.inputs), count, self.device, share)
-        worker.exported += sets.buffers
+        names = list(job.definition.inputs)
+        sets = InputSets(job.pristine, names, count, self.device, share, allocate=worker.lend)
         message, fds = sets.message("sets")
         worker.ask(message, fds, protocol.Mapped)
         return sets
@@ -267,7 +282,7 @@ class Referee:
             methods.append("graph")
         for method in methods:
             job.planted.setdefault(method, job.fresh.offsets())
-        fit, share = self._fit()
+        fit, share = self._fit(worker)
         cold = bool(self.options.get("cold_l2"))
         warmup = max(1, min(job.timing["warmup"], int(0.1 / max(first_call, 1e-6)), fit))
         sets = self._sets(worker, warmup, share)

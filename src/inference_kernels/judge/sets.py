@@ -11,6 +11,7 @@ pristine values. The checked call's inputs are such a stack with one set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ class InputSets:
     count: int
     device: torch.device
     share_integers: bool = False
+    # (bytes, device) -> a buffer: a worker's ``lend``, which reuses its earlier buffers
+    allocate: Callable[[int, torch.device], SharedBuffer] = SharedBuffer.create
     buffers: list[SharedBuffer] = field(default_factory=list)
     views: dict[int, torch.Tensor] = field(default_factory=dict)  # input index -> [count_i, ...]
 
@@ -45,7 +48,7 @@ class InputSets:
             if not isinstance(value, torch.Tensor):
                 continue
             copies = 1 if self.shared(index) else self.count
-            buffer = SharedBuffer.create(copies * nbytes(value), self.device)
+            buffer = self.allocate(copies * nbytes(value), self.device)
             self.buffers.append(buffer)
             view = buffer.view(0, value.dtype, [copies, *value.shape])
             view.copy_(value.unsqueeze(0).expand_as(view))

@@ -29,7 +29,7 @@ import torch
 
 from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
-from . import protocol, statuses
+from . import cuda_ipc, protocol, statuses
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
 from .loader import SolutionLoadError, usable, write_package
 from .sandbox import Sandbox, apply_limits, identity, limits
@@ -139,9 +139,11 @@ class WorkerHandle:
     inbox: Inbox
     names: list[str] = field(default_factory=list)  # the definition's outputs
     loaded: protocol.Loaded | None = None
-    # Buffers this worker has mapped: freed only once it is dead (a live worker that kept a
-    # mapping could otherwise write into memory the referee reuses).
-    exported: list[SharedBuffer] = field(default_factory=list)
+    # Buffers this worker has been shown: freed only once it is dead (a live worker that
+    # kept a mapping could otherwise write into memory the referee reuses), and lent again
+    # to its later cases (``lend``), so that they do not pile up case after case.
+    pool: list[SharedBuffer] = field(default_factory=list)
+    lent: set[int] = field(default_factory=set)  # ids of the pool's buffers in this case
     drain: threading.Thread | None = None
     frozen: bool = False
     uid: int | None = None  # the worker's own uid (under root): signals reach all of it
@@ -323,12 +325,33 @@ class WorkerHandle:
             self._signal(signal.SIGCONT)
         self.frozen = False
 
+    def lend(self, size: int, device: torch.device) -> SharedBuffer:
+        """A buffer of at least ``size`` bytes for this case: the smallest idle one of the
+        pool, else a new one (on CUDA, after torch's cache is emptied if memory is short)."""
+        idle = [b for b in self.pool if id(b) not in self.lent and b.size >= size]
+        if idle:
+            buffer = min(idle, key=lambda b: b.size)
+        else:
+            try:
+                buffer = SharedBuffer.create(size, device)
+            except cuda_ipc.CudaIpcError:
+                torch.cuda.empty_cache()
+                buffer = SharedBuffer.create(size, device)
+            self.pool.append(buffer)
+        self.lent.add(id(buffer))
+        return buffer
+
+    def pooled(self, idle_only: bool = False) -> int:
+        """Bytes in the pool (only those not lent in this case)."""
+        return sum(b.size for b in self.pool if not (idle_only and id(b) in self.lent))
+
     def release(self) -> None:
-        """Free the buffers this worker mapped, if it is dead."""
+        """The case is over: the pool's buffers are idle, and freed if the worker is dead."""
+        self.lent.clear()
         if not self.alive():
-            for buffer in self.exported:
+            for buffer in self.pool:
                 buffer.release()
-            self.exported = []
+            self.pool = []
 
     def stop(self, kill: bool = True) -> None:
         if kill and self.uid is not None:
