@@ -8,6 +8,7 @@ from inference_kernels.judge.fresh import Fresh
 from inference_kernels.judge.guards import aliased_inputs
 from inference_kernels.judge.sampling import MAX_CALLS, SAMPLE_MIN_SECONDS, plan
 from inference_kernels.judge.sets import InputSets
+from inference_kernels.judge.shared import SharedBuffer
 
 TASK = {"warmup": 10, "iters": 20, "trials": 7}
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
@@ -101,3 +102,23 @@ def test_pools_of_every_floating_dtype(dtype):
     x = (torch.rand(300) * 4 - 2).to(dtype)
     window = Fresh([x]).inputs({0: 7})[0]
     assert window.dtype == dtype and torch.isfinite(window.float()).all()
+
+
+@pytest.mark.gpu
+def test_sets_have_landed_on_the_device_before_anyone_is_told_of_them():
+    """A worker reads its input sets from another process the moment it is told of them;
+    a buffer lent again still holds the last case's bytes (on the H200 a worker read half
+    written integer inputs as page indices: a device-side assert). Read here on a second
+    stream, with no synchronization of our own, the sets are complete."""
+    device = torch.device("cuda")
+    pages = torch.arange(1 << 20, dtype=torch.int32, device=device)
+    stale = SharedBuffer.create(4000 * pages.numel() * 4, device)
+    stale.tensor.fill_(0xFF)
+    torch.cuda.synchronize(device)
+    sets = InputSets([pages], ["pages"], 4000, device, allocate=lambda size, _: stale)
+    side = torch.cuda.Stream(device)
+    with torch.cuda.stream(side):
+        last = sets.views[0][-1].clone()
+    side.synchronize()
+    assert torch.equal(last, pages)
+    stale.release()

@@ -7,11 +7,12 @@ import os
 import subprocess
 import threading
 import time
+from unittest import mock
 
 import pytest
 import torch
 
-from inference_kernels.judge import protocol
+from inference_kernels.judge import cuda_ipc, protocol
 from inference_kernels.judge.channel import Channel, ChannelTimeout, ProtocolError, pair
 from inference_kernels.judge.shared import Inbox, Outbox, TransportError
 from inference_kernels.judge.workers import WorkerHandle
@@ -173,3 +174,35 @@ def test_a_worker_reuses_its_buffers_case_after_case_and_frees_them_only_once_de
     process.wait()
     worker.release()
     assert worker.pool == [] and all(b.tensor is None for b in first)
+
+
+def test_outputs_in_a_segment_already_named_cost_no_driver_call(monkeypatch):
+    """A sample's outputs mostly share a few device segments: the driver is asked once per
+    segment, and again after the allocator freed any (an address can then be another
+    allocation's)."""
+    asked, freed = [], [0]
+    segments = {1 << 40: 1 << 20, 1 << 41: 1 << 21}
+
+    def segment_at(address):
+        asked.append(address)
+        return next((b, n) for b, n in segments.items() if b <= address < b + n)
+
+    monkeypatch.setattr(cuda_ipc, "segment_at", segment_at)
+    monkeypatch.setattr(cuda_ipc, "handle_of", lambda base: f"{base:0128x}")
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device: {"segment.all.freed": freed[0]})
+    outbox = Outbox(torch.device("cuda"))
+    tensors = []
+    for base in segments:
+        for offset in (0, 4096, 8192):
+            tensor = mock.Mock(dtype=torch.float32, shape=torch.Size([4]))
+            tensor.data_ptr.return_value = base + offset
+            tensor.stride.return_value = (1,)
+            tensors.append(tensor)
+    refs = outbox.add(tensors)
+    assert len(asked) == 2 and [b["size"] for b in outbox.new] == [1 << 20, 1 << 21]
+    assert [r["buffer"] for r in refs] == [0, 0, 0, 1, 1, 1]
+    assert [r["offset"] for r in refs] == [0, 4096, 8192] * 2
+    outbox.sent()
+    freed[0] = 1  # a segment went back to the driver: everything is named anew
+    again = outbox.add(tensors[:1])
+    assert len(asked) == 3 and again[0]["buffer"] == 2 and len(outbox.new) == 1

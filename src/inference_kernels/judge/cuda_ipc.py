@@ -82,12 +82,12 @@ def wrap(address: int, size: int, device: torch.device) -> torch.Tensor:
     return torch.as_tensor(_Interface(address, size), device=device)
 
 
-def segment(tensor: torch.Tensor) -> tuple[int, int]:
-    """(base address, size) of the allocation that holds ``tensor``'s first byte."""
+def segment_at(address: int) -> tuple[int, int]:
+    """(base address, size) of the allocation that holds ``address``."""
     base, size = ctypes.c_uint64(), ctypes.c_size_t()
     _check(
         _function("cuMemGetAddressRange_v2", "cuMemGetAddressRange")(
-            ctypes.byref(base), ctypes.byref(size), _pointer(tensor.data_ptr())
+            ctypes.byref(base), ctypes.byref(size), _pointer(address)
         ),
         "cuMemGetAddressRange",
     )

@@ -53,6 +53,10 @@ class InputSets:
             view = buffer.view(0, value.dtype, [copies, *value.shape])
             view.copy_(value.unsqueeze(0).expand_as(view))
             self.views[index] = view
+        if self.device.type == "cuda":
+            # The worker reads these buffers from its own process as soon as it is told of
+            # them: the copies must have landed (a reused buffer still holds other bytes).
+            torch.cuda.synchronize(self.device)
 
     def shared(self, index: int) -> bool:
         return self.share_integers and not floating(self.pristine[index])
