@@ -82,5 +82,5 @@ def test_destination_passing_solution_is_judged(tmp_path):
     rows = judge(load_dataset(ROOT / "dataset"), request)
     (row,) = [r for r in rows if r.get("solution") == "dps"]
     assert row["status"] == "passed", row.get("error")
-    assert set(row["outputs"]) == {"call", "eager"}  # the checked call and the planted one
+    assert set(row["outputs"]) == {"call", "eager"}  # the checked call and the timed calls checked
     assert json.dumps(row)  # a plain JSON row

@@ -13,7 +13,7 @@ itself; a worker can only end its own case early with a failure.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +62,6 @@ class Workload:
     tolerance: schema.Tolerance
     timing: dict[str, int]
     fresh: Fresh | None = None
-    planted: dict[str, dict[int, int]] = field(default_factory=dict)
-    planted_expected: dict[str, list[torch.Tensor] | str] = field(default_factory=dict)
 
 
 class Referee:
@@ -132,16 +130,13 @@ class Referee:
         problems = output_problems(definition, workload, outputs, self.device)
         return "reference output: " + "; ".join(problems) if problems else outputs
 
-    def _planted_expected(self, method: str) -> list[torch.Tensor]:
-        """The reference of the method's planted window (computed once per workload)."""
+    def _check(self, method: str, window: dict[int, int], produced, verdict) -> None:
+        """Compare a timed call's outputs with the reference of the window it ran on."""
         job = self.current
-        if method not in job.planted_expected:
-            inputs = job.fresh.inputs(job.planted[method])
-            job.planted_expected[method] = self._reference(job.definition, job.workload, inputs)
-        expected = job.planted_expected[method]
+        expected = self._reference(job.definition, job.workload, job.fresh.inputs(window))
         if isinstance(expected, str):
             raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {expected}")
-        return expected
+        self._compare(method, produced, expected, verdict)
 
     # ------------------------------------------------------------------ workers
 
@@ -280,8 +275,6 @@ class Referee:
             methods.append("prepared")
         if self.device.type == "cuda":
             methods.append("graph")
-        for method in methods:
-            job.planted.setdefault(method, job.fresh.offsets())
         fit, share = self._fit(worker)
         cold = bool(self.options.get("cold_l2"))
         warmup = max(1, min(job.timing["warmup"], int(0.1 / max(first_call, 1e-6)), fit))
@@ -295,7 +288,6 @@ class Referee:
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold)
         if sampler.plan.iters > sets.count:
             sampler.sets = sets = self._sets(worker, sampler.plan.iters, share)
-        sampler.planted = {method: job.planted[method] for method in methods}
         verdict["timing"]["schedule"] = {
             "warmup": sampler.plan.warmup,
             "iters": sampler.plan.iters,
@@ -308,8 +300,9 @@ class Referee:
             "count": sampler.sets.count,
             "integers_shared": sampler.sets.share_integers,
         }
-        for method, produced in sampler.planted_outputs.items():
-            self._compare(method, produced, self._planted_expected(method), verdict)
+        for method, checks in sampler.checks.items():
+            for window, produced in checks:
+                self._check(method, window, produced, verdict)
         if sampler.suspect:
             raise CaseEnded(statuses.TIMING_SUSPECT, sampler.suspect[0])
 

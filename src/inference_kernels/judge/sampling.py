@@ -11,9 +11,10 @@ sample will use, tells the worker to go, and waits for its report. It then:
   (``resolution_us``);
 - on CUDA, checks that the GPU is idle (``probe``): work still running when the worker
   reported the sample done is work its clock did not see;
-- copies out the outputs of the one secret *planted* call of the method (a call on a
-  window whose reference the referee computes), chosen before the samples and known to no
-  one else: every call must be right, since any could be the one checked;
+- after CHECKS of the method's samples, chosen in secret, picks one of the sample's calls
+  at random, after the fact, and copies out its outputs with the window its inputs came
+  from; the referee computes that window's reference and compares (``checks``). Every
+  call must be right, in every sample, since any could be the one checked;
 - compares every input set the sample used with what it wrote (``input_mutated``).
 """
 
@@ -38,6 +39,11 @@ from .workers import CaseEnded, WorkerHandle
 SAMPLE_SECONDS = 0.1
 CASE_SECONDS = 3.0
 MAX_CALLS = 4000  # calls per sample
+# Samples of each method whose outputs are checked, one call each. One was too few: a
+# solution that remembered answers by input address was right on the calls of its first
+# sample (all new addresses) and stale on the others; the one checked call fell in that
+# first sample a third of the time (attack ``cache_by_pointer``).
+CHECKS = 2
 # The outside check, set from honest baselines (docs/measurements/h200-sandbox.md; on the
 # CPU, where timings are indicative only and a busy machine shakes them, only a worker that
 # reports less than half of what the referee saw is suspect): the
@@ -47,7 +53,12 @@ MAX_CALLS = 4000  # calls per sample
 # the same every sample and cost nothing), plus on the CPU the copy of the outputs.
 TOLERANCE = {"cuda": 0.15, "cpu": 1.0}
 ALLOWANCE = {"cuda": 0.002, "cpu": 0.008}
-PER_OUTPUT = {"cuda": 6e-6, "cpu": 20e-6}
+# PER_OUTPUT on CUDA was 6 µs until the dev suite on the H200 (f2a082d) showed honest eager
+# baselines spending 14 µs per output beyond their timed calls (small SDPA, 500+ calls a
+# sample, at 95% of the allowed excess); a fast-launching honest solution would have been
+# suspect. 16 µs covers what was measured; the export has since been made cheaper (segments
+# looked up once, no collection during a sample): measure again and lower it.
+PER_OUTPUT = {"cuda": 16e-6, "cpu": 20e-6}
 COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
 # A sample lasts at least this long when the calls are fast, so that the fixed allowance
@@ -115,8 +126,8 @@ class Sampler:
     output_bytes: int = 0  # of one call's outputs
     fit: int = 1  # input sets that fit in memory
     grow: Any = None  # grow(count) -> InputSets of ``count`` sets, mapped by the worker
-    planted: dict[str, dict[int, int]] = field(default_factory=dict)  # method -> window
-    planted_outputs: dict[str, list[torch.Tensor]] = field(default_factory=dict)
+    # method -> (window, outputs) of the calls checked after the fact
+    checks: dict[str, list[tuple[dict[int, int], list[torch.Tensor]]]] = field(default_factory=dict)
     shapes: list[torch.Tensor] = field(default_factory=list)  # outputs' expected shape, dtype
     refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
     suspect: list[str] = field(default_factory=list)
@@ -205,21 +216,22 @@ class Sampler:
     def _samples(self, method: str, iters: int, trials: int):
         """The method's samples (after a warmup sample, but for a graph, which warmed up
         when it was captured): the worker's times, its host times, the referee's times.
-        One secret call among them runs on the planted window and its outputs are kept."""
+        After CHECKS secret samples, one call picked at random is kept for checking."""
         self.refs.pop(method, None)
         if method != "graph":
             self.go(method, -1, [self.fresh.offsets() for _ in range(min(self.plan.warmup, iters))])
-        planted_at = (self._random.randrange(trials), self._random.randrange(iters))
+        checked = set(self._random.sample(range(trials), min(CHECKS, trials)))
+        self.checks[method] = []
         samples, host, outside = [], [], []
         for index in range(trials):
             windows = [self.fresh.offsets() for _ in range(iters)]
-            if method in self.planted and index == planted_at[0]:
-                windows[planted_at[1]] = self.planted[method]
             outputs, reply, seconds = self.go(method, index, windows)
             self._probe(method, index)
-            if method in self.planted and index == planted_at[0]:
+            if index in checked:
                 # copied now, before the worker may run again: what it returned, not later
-                self.planted_outputs[method] = self.worker.read(outputs[planted_at[1]], self.shapes)
+                call = self._random.randrange(iters)
+                kept = self.worker.read(outputs[call], self.shapes)
+                self.checks[method].append((windows[call], kept))
             changed = self.sets.changed(windows, self.fresh)
             if changed:
                 raise CaseEnded(
