@@ -34,14 +34,18 @@ class Lane:
     options: Options
     writer: ResultWriter
     on_row: Callable[[CaseRow], None]
+    name: str = ""  # names its logs: the device, or "cpu.1" where two lanes share one
     process: Any = field(default=None, init=False)
     requests: Any = field(default=None, init=False)
     replies: Any = field(default=None, init=False)
     prepared: dict[str, Any] = field(default_factory=dict, init=False)
 
+    def __post_init__(self) -> None:
+        self.name = self.name or self.device
+
     def _log(self) -> Path:
         self.options.folder.joinpath("logs").mkdir(parents=True, exist_ok=True)
-        return self.options.folder / "logs" / f"{self.device.replace(':', '')}-referee.log"
+        return self.options.folder / "logs" / f"{self.name.replace(':', '')}-referee.log"
 
     def _start(self) -> None:
         self.requests, self.replies = context.Queue(), context.Queue()
@@ -52,6 +56,7 @@ class Lane:
             "timeout": self.options.timeout,
             "validation_only": self.options.validation_only,
             "cold_l2": self.options.cold_l2,
+            "lane": self.name,
         }
         self.process = context.Process(
             target=referee.main,

@@ -155,6 +155,7 @@ class Referee:
                 self.options["sandbox"],
                 self.folder,
                 self.options["timeout"],
+                self.options["lane"],
             )
             self.workers[solution.name] = handle
         if isinstance(handle, str):

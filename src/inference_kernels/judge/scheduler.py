@@ -57,7 +57,10 @@ def run_jobs(
     pending: queue.Queue[Job] = queue.Queue()
     for job in jobs:
         pending.put(job)
-    lanes = [Lane(device, options, writer, on_row) for device in devices]
+    lanes = [
+        Lane(device, options, writer, on_row, _lane_name(devices, index))
+        for index, device in enumerate(devices)
+    ]
     errors: list[BaseException] = []
 
     def drain(lane: Lane) -> None:
@@ -81,3 +84,11 @@ def run_jobs(
         thread.join()
     if errors:
         raise errors[0]
+
+
+def _lane_name(devices: list[str], index: int) -> str:
+    """The device, numbered where several lanes share it (two CPU lanes in the tests)."""
+    device = devices[index]
+    if devices.count(device) == 1:
+        return device
+    return f"{device}.{devices[:index].count(device)}"

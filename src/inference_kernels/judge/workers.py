@@ -157,11 +157,13 @@ class WorkerHandle:
         sandbox: Sandbox | None,
         folder: Path,
         timeout: float,
+        lane: str,
     ) -> WorkerHandle:
-        """Start a worker for ``solution`` and wait until it has loaded (or failed to)."""
+        """Start a worker for ``solution`` and wait until it has loaded (or failed to); its
+        log is named for ``lane``, the referee's."""
         usable(solution, definition)
         key = hashlib.sha256(solution.name.encode()).hexdigest()[:10]
-        log = folder / "logs" / f"{str(device).replace(':', '')}-worker-{key}.log"
+        log = folder / "logs" / f"{lane.replace(':', '')}-worker-{key}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         (folder / "packages").mkdir(parents=True, exist_ok=True)
         package = write_package(

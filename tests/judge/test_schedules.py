@@ -1,0 +1,28 @@
+"""Options that shape the timing schedule reach the referee's sampler."""
+
+import json
+from pathlib import Path
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.session import Request, judge
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
+
+
+def test_cold_l2_times_single_calls(tmp_path):
+    request = Request(
+        definitions=[DEFINITION],
+        report=tmp_path / "results.jsonl",
+        cache=tmp_path / "cache",
+        cold_l2=True,
+        timeout=60,
+    )
+    rows = judge(load_dataset(ROOT / "dataset"), request)
+    (row,) = [r for r in rows if r["type"] == "case"]
+    assert row["status"] == "passed", row.get("error")
+    timing = row["timing"]
+    assert timing["schedule"]["iters"] == 1
+    assert timing["eager"]["calls_per_sample"] == 1  # never sampled again with more calls
+    assert len(timing["eager"]["samples_us"]) == timing["schedule"]["trials"]
+    assert json.loads(request.report.read_text().splitlines()[1])["timing"] == timing
