@@ -24,5 +24,8 @@ def test_cold_l2_times_single_calls(tmp_path):
     timing = row["timing"]
     assert timing["schedule"]["iters"] == 1
     assert timing["eager"]["calls_per_sample"] == 1  # never sampled again with more calls
-    assert len(timing["eager"]["samples_us"]) == timing["schedule"]["trials"]
+    eager = timing["eager"]
+    assert len(eager["samples_us"]) == timing["schedule"]["trials"]
+    low, high = eager["median_interval_us"]  # statistics of the samples, kept in the row
+    assert low == min(eager["samples_us"]) <= eager["median_us"] <= high == max(eager["samples_us"])
     assert json.loads(request.report.read_text().splitlines()[1])["timing"] == timing

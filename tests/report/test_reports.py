@@ -10,12 +10,18 @@ from inference_kernels.report.tables import solution_table
 from inference_kernels.signing import sign_row
 
 
-def case(solution, uuid, status="passed", graph=None, eager=None, definition="d"):
+def spread(median):
+    """Seven samples within 1% of ``median``, as a quiet H200 gives."""
+    return [median * f for f in (0.99, 0.995, 0.998, 1.0, 1.002, 1.005, 1.01)]
+
+
+def case(solution, uuid, status="passed", graph=None, eager=None, definition="d", cpu=False):
     timing = {}
     if graph is not None:
-        timing["graph"] = {"median_us": graph, "method": "cuda-graph"}
+        timing["graph"] = {"median_us": graph, "method": "cuda-graph", "samples_us": spread(graph)}
     if eager is not None:
-        timing["eager"] = {"median_us": eager, "method": "cuda-events"}
+        method = "cpu-wall-clock" if cpu else "cuda-events"
+        timing["eager"] = {"median_us": eager, "method": method, "samples_us": spread(eager)}
     return {
         "type": "case",
         "definition": definition,
@@ -80,7 +86,8 @@ def test_summary_and_markdown_count_statuses_and_inputs():
     assert report["status"] == "failed" and report["statuses"] == {"passed": 6, "mismatch": 1}
     assert report["inputs"] == {"stand-in": 7} and report["workloads"] == 3
     text = performance_markdown(report)
-    assert "| d | fast | STAND-IN | 2/3 | 7.07 | cuda-graph | 2.83x |" in text
+    assert "| d | fast | STAND-IN | 2/3 | 7.07 | cuda-graph | 2.83x (2.81-2.85) |" in text
+    assert "| d | base | STAND-IN | 3/3 | 12.60 | cuda-graph | 1.00x n.s. |" in text
     assert "stand-in 7" in text
     json.dumps(report)  # serializable
 
@@ -147,3 +154,48 @@ def test_compare_and_preferred_commands_label_stand_in_inputs(tmp_path):
     chosen = runner.invoke(app, ["preferred", str(results), "-o", str(tmp_path / "preferred.json")])
     assert chosen.exit_code == 0, chosen.output
     assert "STAND-IN inputs" in chosen.output
+
+
+def test_a_median_interval_comes_from_order_statistics():
+    from inference_kernels.stats import median_interval
+
+    low, high, coverage = median_interval(list(range(20, 0, -1)))
+    assert (low, high, round(coverage, 4)) == (6, 15, 0.9586)  # ranks 6 and 15 of 20
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0, 0.75)  # too few for 95%
+    assert median_interval([]) is None
+
+
+def test_the_same_code_twice_is_no_significant_difference_and_a_real_gain_is():
+    import random
+
+    noisy = random.Random(7)
+
+    def run(scale):
+        rows = []
+        for w in range(5):
+            samples = [scale * (10 + w) * noisy.uniform(0.9, 1.1) for _ in range(7)]
+            row = case("s", f"w{w}", graph=sorted(samples)[3])
+            row["timing"]["graph"]["samples_us"] = samples
+            rows.append(row)
+        return rows
+
+    first, second, faster = run(1.0), run(1.0), run(0.5)
+    (same,) = comparison(first, second, {}, solution="s")
+    assert same["verdict"] == "no significant difference"
+    assert same["interval"][0] < 1.0 < same["interval"][1]
+    (gain,) = comparison(faster, first, {}, solution="s")
+    assert gain["verdict"] == "faster" and 1.0 < gain["interval"][0] < 2.0 < gain["interval"][1]
+
+
+def test_preferred_picks_no_winner_from_noise_or_cpu_times():
+    rows = [case("base", "w1", graph=10.0), case("twin", "w1", graph=10.05)]
+    picked = preferred(rows, {"d": "base"})
+    assert picked["definitions"] == []
+    (undecided,) = picked["undecided"]
+    assert undecided["reason"] == "base and twin: no significant difference"
+    rows = [case("base", "w1", eager=10.0, cpu=True), case("fast", "w1", eager=2.0, cpu=True)]
+    picked = preferred(rows, {"d": "base"})
+    assert picked["definitions"] == []
+    assert picked["undecided"][0]["reason"] == "CPU wall-clock times are indicative only"
+    (entry,) = solution_table(rows, {"d": "base"})[1:]
+    assert entry["indicative"] and entry["significance"] == "faster"

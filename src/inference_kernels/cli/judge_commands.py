@@ -13,7 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DatasetError
-from ..report.tables import STAND_IN_NOTE, inputs_label
+from ..report.tables import (
+    INDICATIVE_NOTE,
+    INTERVAL_NOTE,
+    STAND_IN_NOTE,
+    inputs_label,
+    method_label,
+    speedup_label,
+)
 from .common import (
     DataRootOption,
     DatasetOption,
@@ -191,13 +198,14 @@ def _run_table(table: list[dict]) -> None:
             f"{entry['passed']}/{entry['cases']}",
             f"[red]{escape(failed)}[/red]" if failed else "",
             f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
-            entry["method"],
-            f"{entry['speedup']:.2f}x" if entry["speedup"] else "-",
+            method_label(entry),
+            speedup_label(entry["speedup"], entry["speedup_interval"], entry["significance"]),
         )
     console.print(view)
     console.print(
         "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
-        f"task's baseline on the same workloads. {STAND_IN_NOTE}",
+        f"task's baseline on the same workloads. {INTERVAL_NOTE} {STAND_IN_NOTE}"
+        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in table) else ""),
         highlight=False,
     )
 
@@ -250,7 +258,9 @@ def compare(
     for column in columns:
         view.add_column(column)
     for entry in table:
-        speedup = f"{entry['speedup']:.3f}x" if entry["speedup"] else "-"
+        speedup = speedup_label(entry["speedup"], entry["interval"], entry["verdict"])
+        if entry["indicative"] and entry["speedup"]:
+            speedup += " (indicative)"
         spread = f"{entry['min']:.2f}-{entry['max']:.2f}" if entry["pairs"] else "-"
         view.add_row(
             escape(entry["definition"]),
@@ -263,7 +273,10 @@ def compare(
             f"{entry['faster']}/{entry['pairs']}",
         )
     console.print(view)
-    console.print(STAND_IN_NOTE, highlight=False)
+    notes = [INTERVAL_NOTE, STAND_IN_NOTE]
+    if any(entry["indicative"] for entry in table):
+        notes.append(INDICATIVE_NOTE)
+    console.print(" ".join(notes), highlight=False)
 
 
 @app.command()
@@ -302,7 +315,9 @@ def preferred(
     dataset: DatasetOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Pick one measured solution per definition (preferred-solutions.json)."""
+    """Pick one measured solution per definition (preferred-solutions.json): the fastest
+    that passed every workload it ran, only when significantly faster than the next (95%
+    interval); none from CPU wall-clock times."""
     from ..report.summary import preferred as choose
 
     picked = choose(_read(results), _baselines(dataset))
@@ -315,6 +330,11 @@ def preferred(
             console.print(
                 escape(f"{entry['definition']}: {entry['solution']} ({entry['time_us']:.1f} us, ")
                 + f"{inputs_label(entry['inputs'])} inputs)",
+                highlight=False,
+            )
+        for entry in picked["undecided"]:
+            console.print(
+                escape(f"{entry['definition']}: none preferred ({entry['reason']})"),
                 highlight=False,
             )
         console.print(f"wrote {output}", highlight=False)

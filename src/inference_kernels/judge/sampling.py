@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from ..stats import median_interval
 from . import protocol, statuses, timing
 from .fresh import Fresh
 from .sets import InputSets
@@ -99,9 +100,12 @@ def plan(
 
 
 def _summary(method: str, name: str, samples: list[float], iters: int, host: list[float]) -> dict:
+    low, high, coverage = median_interval(samples)
     result = {
         "method": name,
         "median_us": statistics.median(samples),
+        "median_interval_us": [round(low, 4), round(high, 4)],  # order statistics (stats.py)
+        "median_interval_coverage": round(coverage, 4),
         "min_us": min(samples),
         "max_us": max(samples),
         "stdev_us": statistics.stdev(samples) if len(samples) > 1 else 0.0,

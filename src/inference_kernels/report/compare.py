@@ -3,24 +3,52 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
-from .rows import case_rows, case_time, geomean
+from ..stats import paired_speedup, verdict
+from .rows import case_rows, case_samples, case_time, geomean, indicative
 
 
-def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
-    """(definition, solution) -> {uuid: time_us} over passed cases (the last row wins)."""
-    times: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+class Timed(NamedTuple):
+    us: float
+    method: str
+    samples: list[float]
+
+
+def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Timed]]:
+    """(definition, solution) -> {uuid: its time} over passed cases (the last row wins)."""
+    times: dict[tuple[str, str], dict[str, Timed]] = defaultdict(dict)
     for row in case_rows(rows):
         measured = case_time(row)
         if measured:
-            times[(row["definition"], row["solution"])][row["uuid"]] = measured[0]
+            timed = Timed(measured[0], measured[1], case_samples(row))
+            times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
 
 
+def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str, Any]:
+    """Paired speedup (their time / mine) over the workloads both timed: geometric mean,
+    range, how many faster, the 95% interval and its verdict; CPU wall-clock pairs are
+    marked indicative."""
+    shared = [u for u in mine if u in theirs]
+    ratios = [theirs[u].us / mine[u].us for u in shared]
+    bounds = paired_speedup([(theirs[u].samples, mine[u].samples) for u in shared])
+    methods = {t.method for u in shared for t in (mine[u], theirs[u])}
+    return {
+        "pairs": len(ratios),
+        "speedup": geomean(ratios),
+        "min": min(ratios) if ratios else None,
+        "max": max(ratios) if ratios else None,
+        "faster": sum(r > 1 for r in ratios),
+        "interval": [bounds[1], bounds[2]] if bounds else None,
+        "verdict": verdict(bounds[1], bounds[2]) if bounds else None,
+        "indicative": any(indicative(m) for m in methods),
+    }
+
+
 def paired(
-    new: dict[tuple[str, str], dict[str, float]],
-    old: dict[tuple[str, str], dict[str, float]],
+    new: dict[tuple[str, str], dict[str, Timed]],
+    old: dict[tuple[str, str], dict[str, Timed]],
     pairs: list[tuple[str, str, str]],
     inputs: dict[tuple[str, str], str],
 ) -> list[dict[str, Any]]:
@@ -31,7 +59,6 @@ def paired(
     for definition, solution, against in pairs:
         mine, theirs = new.get((definition, solution), {}), old.get((definition, against), {})
         shared = [u for u in mine if u in theirs]
-        ratios = [theirs[u] / mine[u] for u in shared]
         kinds = {inputs[definition, u] for u in shared if (definition, u) in inputs}
         table.append(
             {
@@ -39,11 +66,7 @@ def paired(
                 "solution": solution,
                 "against": against,
                 "inputs": ", ".join(sorted(kinds)),
-                "pairs": len(ratios),
-                "speedup": geomean(ratios),
-                "min": min(ratios) if ratios else None,
-                "max": max(ratios) if ratios else None,
-                "faster": sum(r > 1 for r in ratios),
+                **speedup_entry(mine, theirs),
             }
         )
     return table

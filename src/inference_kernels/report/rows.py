@@ -61,16 +61,33 @@ def case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if row.get("type") == "case"]
 
 
-def case_time(row: dict[str, Any]) -> tuple[float, str] | None:
-    """(microseconds per call, method) of a passed case, or None (a time that is not
-    positive is no time: no ratio is taken of it)."""
+def _phase(row: dict[str, Any]) -> dict[str, Any] | None:
+    """The timing entry that stands for a passed case (TIME_PREFERENCE), or None."""
     if row.get("status") != "passed":
         return None
     for method in TIME_PREFERENCE:
         timing = row.get("timing", {}).get(method, {})
         if isinstance(timing.get("median_us"), (int, float)) and timing["median_us"] > 0:
-            return timing["median_us"], timing.get("method", method)
+            return {"phase": method, **timing}
     return None
+
+
+def case_time(row: dict[str, Any]) -> tuple[float, str] | None:
+    """(microseconds per call, method) of a passed case, or None (a time that is not
+    positive is no time: no ratio is taken of it)."""
+    timing = _phase(row)
+    return (timing["median_us"], timing.get("method", timing["phase"])) if timing else None
+
+
+def case_samples(row: dict[str, Any]) -> list[float]:
+    """The samples behind ``case_time`` (empty for a row without them)."""
+    timing = _phase(row)
+    return list(timing.get("samples_us") or []) if timing else []
+
+
+def indicative(method: str) -> bool:
+    """CPU wall-clock times: indicative only (a shared machine shakes them)."""
+    return "cpu-wall-clock" in method
 
 
 def geomean(values: list[float]) -> float | None:

@@ -6,8 +6,16 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from .compare import speedup_entry, times_by_case
 from .rows import case_rows
-from .tables import inputs_label, solution_table
+from .tables import (
+    INDICATIVE_NOTE,
+    INTERVAL_NOTE,
+    inputs_label,
+    method_label,
+    solution_table,
+    speedup_label,
+)
 
 
 def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
@@ -39,27 +47,32 @@ def performance_markdown(report: dict[str, Any]) -> str:
         + " (stand-in inputs are generated, not captured).",
         "",
         "Times are geometric means over passed workloads, in microseconds per call; the speedup "
-        "is the paired geometric mean over the task baseline on the same workloads.",
+        "is the paired geometric mean over the task baseline on the same workloads. "
+        + INTERVAL_NOTE
+        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else ""),
         "",
         "| definition | solution | inputs | passed | time (us) | method | speedup |",
         "|---|---|---|---:|---:|---|---:|",
     ]
     for entry in report["solutions"]:
         time_us = f"{entry['time_us']:.2f}" if entry["time_us"] else "-"
-        speedup = f"{entry['speedup']:.2f}x" if entry["speedup"] else "-"
+        speedup = speedup_label(entry["speedup"], entry["speedup_interval"], entry["significance"])
         lines.append(
             f"| {entry['definition']} | {entry['solution']} | {inputs_label(entry['inputs'])} "
             f"| {entry['passed']}/{entry['cases']} "
-            f"| {time_us} | {entry['method']} | {speedup} |"
+            f"| {time_us} | {method_label(entry)} | {speedup} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
     """One measured choice per definition: the fastest solution that passed every case it
-    ran, among those that ran the most workloads."""
-    chosen = []
+    ran, among those that ran the most workloads, when it is significantly faster than the
+    next fastest on the workloads both ran. No choice comes of CPU wall-clock times or of
+    a difference within the noise; ``undecided`` says why for each such definition."""
+    chosen, undecided = [], []
     table = solution_table(rows, baselines)
+    times = times_by_case(rows)
     for definition in sorted({entry["definition"] for entry in table}):
         entries = [
             e
@@ -69,7 +82,24 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
         if not entries:
             continue
         widest = max(e["cases"] for e in entries)
-        best = min((e for e in entries if e["cases"] == widest), key=lambda e: e["time_us"])
+        ranked = sorted((e for e in entries if e["cases"] == widest), key=lambda e: e["time_us"])
+        best = ranked[0]
+        reason = None
+        if best["indicative"]:
+            reason = "CPU wall-clock times are indicative only"
+        elif len(ranked) > 1:
+            runner = ranked[1]
+            against = speedup_entry(
+                times[(definition, best["solution"])], times[(definition, runner["solution"])]
+            )
+            if against["verdict"] != "faster":
+                reason = (
+                    f"{best['solution']} and {runner['solution']}: "
+                    f"{against['verdict'] or 'no interval (rows without samples)'}"
+                )
+        if reason:
+            undecided.append({"definition": definition, "reason": reason})
+            continue
         chosen.append(
             {
                 "definition": definition,
@@ -77,9 +107,14 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
                 "time_us": best["time_us"],
                 "workloads": best["cases"],
                 "speedup_over_baseline": best["speedup"],
+                "speedup_interval": best["speedup_interval"],
                 "inputs": best["inputs"],
-                "scope": "fastest of the measured solutions that passed every judged workload; "
-                "not a claim of global optimality",
+                "scope": "fastest of the measured solutions that passed every judged workload, "
+                "significantly faster than the next; not a claim of global optimality",
             }
         )
-    return {"written_at": datetime.now(UTC).isoformat(timespec="seconds"), "definitions": chosen}
+    return {
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "definitions": chosen,
+        "undecided": undecided,
+    }

@@ -5,29 +5,30 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from .rows import case_rows, case_time, geomean
+from ..stats import NO_DIFFERENCE
+from .compare import speedup_entry, times_by_case
+from .rows import case_rows, geomean, indicative
 
 
 def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> list[dict[str, Any]]:
     """One entry per (definition, solution) in the order first seen.
 
     ``time_us`` is the geometric mean of the passed cases' times; ``speedup`` is the
-    geometric mean, over workloads both passed, of baseline time / solution time.
+    geometric mean, over workloads both passed, of baseline time / solution time, with its
+    95% interval (``speedup_interval``) and verdict (``significance``); ``indicative`` marks
+    CPU wall-clock times.
     """
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in case_rows(rows):
         grouped[(row["definition"], row["solution"])].append(row)
-    times: dict[tuple[str, str], dict[str, float]] = {
-        key: {r["uuid"]: t[0] for r in group if (t := case_time(r))}
-        for key, group in grouped.items()
-    }
+    times = times_by_case(rows)
     table = []
     for (definition, solution), group in grouped.items():
         statuses = Counter(row["status"] for row in group)
-        mine = times[(definition, solution)]
+        mine = times.get((definition, solution), {})
         base = times.get((definition, baselines.get(definition, "")), {})
-        paired = [base[u] / mine[u] for u in mine if u in base]
-        methods = {case_time(r)[1] for r in group if case_time(r)}
+        against = speedup_entry(mine, base)
+        methods = {timed.method for timed in mine.values()}
         inputs = {r.get("inputs") for r in group if r.get("inputs")}
         table.append(
             {
@@ -36,9 +37,12 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
                 "cases": len(group),
                 "passed": statuses.get("passed", 0),
                 "failed": {k: v for k, v in statuses.items() if k != "passed"},
-                "time_us": geomean(list(mine.values())),
+                "time_us": geomean([timed.us for timed in mine.values()]),
                 "method": ", ".join(sorted(methods)),
-                "speedup": geomean(paired),
+                "indicative": any(indicative(m) for m in methods),
+                "speedup": against["speedup"],
+                "speedup_interval": against["interval"],
+                "significance": against["verdict"],
                 "baseline": baselines.get(definition),
                 "inputs": ", ".join(sorted(inputs)),
             }
@@ -53,3 +57,24 @@ def inputs_label(inputs: str) -> str:
     """How results show an entry's inputs: stand-ins in capitals, so none passes for
     captured data."""
     return inputs.replace("stand-in", "STAND-IN")
+
+
+INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
+INTERVAL_NOTE = (
+    "Speedups carry their 95% interval; n.s.: no significant difference (the interval holds 1.0)."
+)
+
+
+def speedup_label(speedup: float | None, interval: list[float] | None, verdict: str | None) -> str:
+    """A speedup as tables show it: with its interval, or marked n.s. when not significant."""
+    if not speedup:
+        return "-"
+    if interval is None:
+        return f"{speedup:.2f}x"
+    if verdict == NO_DIFFERENCE:
+        return f"{speedup:.2f}x n.s."
+    return f"{speedup:.2f}x ({interval[0]:.2f}-{interval[1]:.2f})"
+
+
+def method_label(entry: dict[str, Any]) -> str:
+    return entry["method"] + (" (indicative)" if entry.get("indicative") else "")

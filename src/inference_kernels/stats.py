@@ -1,0 +1,77 @@
+"""Statistics of timing samples, kept apart from measuring them.
+
+- ``median_interval``: a distribution-free interval for the median of a phase's samples,
+  from order statistics (the k-th smallest and k-th largest sample, k as large as the
+  confidence allows; with few samples the widest one, and its true coverage, which is
+  below 95% for fewer than 6 samples).
+- ``paired_speedup``: the geometric mean over workloads of old median / new median, with
+  a percentile bootstrap interval (samples of every case resampled, seeded: the same rows
+  give the same interval). It reflects the noise within the runs; differences between
+  power states of two runs are not in it (issue 11's regimes address those).
+- ``verdict``: "faster", "slower", or "no significant difference" when the interval
+  holds 1.0.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+CONFIDENCE = 0.95
+BOOTSTRAP_REPS = 1000
+NO_DIFFERENCE = "no significant difference"
+
+
+def _coverage(n: int, k: int) -> float:
+    """P(x_(k) <= median <= x_(n+1-k)) for n samples of a continuous distribution."""
+    tail = sum(math.comb(n, i) for i in range(k)) / 2**n
+    return 1 - 2 * tail
+
+
+def median_interval(samples: list[float], confidence: float = CONFIDENCE):
+    """(low, high, coverage) for the median of ``samples``; None without samples."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    n, k = len(ordered), 1
+    while k + 1 <= (n + 1) // 2 and _coverage(n, k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], _coverage(n, k)
+
+
+def paired_speedup(
+    pairs: list[tuple[list[float], list[float]]],
+    reps: int = BOOTSTRAP_REPS,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float, float] | None:
+    """(speedup, low, high): geometric mean over ``pairs`` of (old samples, new samples) of
+    median(old) / median(new), and its bootstrap interval; None without usable pairs."""
+    pairs = [(old, new) for old, new in pairs if old and new and min(old) > 0 and min(new) > 0]
+    if not pairs:
+        return None
+
+    def speedup(draw) -> float:
+        logs = [
+            math.log(statistics.median(draw(old))) - math.log(statistics.median(draw(new)))
+            for old, new in pairs
+        ]
+        return math.exp(sum(logs) / len(logs))
+
+    generator = random.Random(0)
+    point = speedup(lambda values: values)
+    spread = sorted(
+        speedup(lambda values: generator.choices(values, k=len(values))) for _ in range(reps)
+    )
+    tail = (1 - confidence) / 2
+    low = spread[int(tail * reps)]
+    high = spread[min(reps - 1, math.ceil((1 - tail) * reps) - 1)]
+    return point, low, high
+
+
+def verdict(low: float, high: float) -> str:
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return NO_DIFFERENCE
