@@ -55,7 +55,10 @@ def _drain(pipe, log: Path) -> None:
                 stream.flush()
                 written += len(chunk)
                 if written >= LOG_BYTES:
+                    # flushed now: the referee may exit (and this daemon thread with it)
+                    # before the pipe closes and the file with it (the CI once lost it)
                     stream.write(b"\n[inference-kernels: log cut at the size limit]\n")
+                    stream.flush()
 
 
 def _descendants(root: int) -> list[int]:
