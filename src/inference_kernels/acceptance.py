@@ -22,14 +22,14 @@ from fractions import Fraction
 
 import torch
 
+from . import statuses
 from .schema import Tolerance
-
-PASSED = "passed"
+from .statuses import PASSED
 
 
 @dataclass(frozen=True)
 class OutputVerdict:
-    status: str
+    status: statuses.Status
     message: str = ""
     elements: int = 0
     mismatched_elements: int = 0
@@ -54,34 +54,46 @@ def _ratio_reaches(matched: int, total: int, required: float | None) -> bool:
 
 def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> OutputVerdict:
     if not isinstance(actual, torch.Tensor):
-        return OutputVerdict("type_mismatch", f"expected a tensor, got {type(actual).__name__}")
+        return OutputVerdict(
+            statuses.TYPE_MISMATCH, f"expected a tensor, got {type(actual).__name__}"
+        )
     if actual.shape != expected.shape:
         return OutputVerdict(
-            "shape_mismatch", f"shape {list(actual.shape)} != {list(expected.shape)}"
+            statuses.SHAPE_MISMATCH, f"shape {list(actual.shape)} != {list(expected.shape)}"
         )
     if actual.dtype != expected.dtype:
-        return OutputVerdict("dtype_mismatch", f"dtype {actual.dtype} != {expected.dtype}")
+        return OutputVerdict(statuses.DTYPE_MISMATCH, f"dtype {actual.dtype} != {expected.dtype}")
     if actual.device != expected.device:
-        return OutputVerdict("device_mismatch", f"device {actual.device} != {expected.device}")
+        return OutputVerdict(
+            statuses.DEVICE_MISMATCH, f"device {actual.device} != {expected.device}"
+        )
     total = expected.numel()
     if not (actual.is_floating_point() or actual.is_complex()):
         mismatched = int((actual != expected).sum()) if total else 0
-        status = PASSED if mismatched == 0 else "mismatch"
+        status = PASSED if mismatched == 0 else statuses.MISMATCH
         message = "" if mismatched == 0 else f"{mismatched}/{total} elements differ (exact)"
         return OutputVerdict(
             status, message, total, mismatched, (total - mismatched) / total if total else 1.0
         )
     reference = expected.float()
     if total and not bool(torch.isfinite(reference).all()):
-        return OutputVerdict("reference_nonfinite", "the reference output is not finite", total)
+        return OutputVerdict(
+            statuses.REFERENCE_NONFINITE, "the reference output is not finite", total
+        )
     value = actual.float()
     nonfinite = int((~torch.isfinite(value)).sum()) if total else 0
     if nonfinite:
         return OutputVerdict(
-            "nonfinite", f"{nonfinite}/{total} elements are NaN or inf", total, nonfinite, 0.0
+            statuses.NONFINITE,
+            f"{nonfinite}/{total} elements are NaN or inf",
+            total,
+            nonfinite,
+            0.0,
         )
     if total and not bool(value.any()) and bool(reference.any()):
-        return OutputVerdict("trivial_output", "all zeros; the reference is not", total, total, 0.0)
+        return OutputVerdict(
+            statuses.TRIVIAL_OUTPUT, "all zeros; the reference is not", total, total, 0.0
+        )
     error = (value - reference).abs()
     relative = error / (reference.abs() + 1e-8)
     if tolerance.comparison == "absolute_or_relative":
@@ -91,7 +103,7 @@ def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> Out
     matched = int(close.sum())
     passed = _ratio_reaches(matched, total, tolerance.required_matched_ratio)
     verdict = OutputVerdict(
-        PASSED if passed else "mismatch",
+        PASSED if passed else statuses.MISMATCH,
         "" if passed else f"matched {matched}/{total} elements",
         total,
         total - matched,

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from .dtypes import TORCH_DTYPES
+from .statuses import Status
 
 
 class Strict(BaseModel):
@@ -227,6 +228,70 @@ class CaptureRecord(BaseModel):
 # ----------------------------------------------------------------------------- results
 
 
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OutsideTime(_Row):
+    """The referee's own time of a phase's samples, from outside the sandbox."""
+
+    median_us: float
+    samples_us: list[float]
+    resolution_us: float  # per call: what the outside check cannot resolve
+    tolerance: float
+
+
+class PhaseClocks(_Row):
+    """NVML readings right after each sample (judge/clocks.py)."""
+
+    sm_mhz: list[int]
+    mem_mhz: list[int]
+    power_w: list[float]
+    median_sm_mhz: float
+    median_power_w: float
+    throttle_reasons: list[str]
+    median_cycles: int  # per call: median time x median SM clock
+
+
+class PhaseTiming(_Row):
+    """One timed phase (eager, prepared launch, or graph replay) of a case. Times in
+    microseconds per call. Fields added later are optional: older rows still read."""
+
+    method: str  # the clock: cuda-events, cuda-graph, cpu-wall-clock (+ ", cold L2")
+    median_us: float = Field(gt=0)
+    median_interval_us: tuple[float, float] | None = None  # 95%, order statistics
+    median_interval_coverage: float | None = None
+    min_us: float
+    max_us: float
+    stdev_us: float
+    calls_per_sample: int = Field(ge=1)
+    samples_us: list[float]
+    host_median_us: float | None = None
+    launch: str | None = None  # a graph's: what it replays ("run" or "prepared")
+    outside: OutsideTime | None = None
+    rounds: int | None = None  # samples taken (adaptive repetition)
+    stopped: Literal["converged", "time_cap", "max_rounds"] | None = None
+    median_half_width: float | None = None  # of the 95% interval, relative to the median
+    resampled: bool | None = None  # sampled again with more calls, alone
+    clocks: PhaseClocks | None = None
+
+
+class PhaseError(_Row):
+    error: str  # why the phase has no time (a graph that cannot be captured)
+
+
+class TimingRecord(_Row):
+    """The timing part of a case row."""
+
+    regime: Literal["sustained", "burst"] | None = None  # None: a row from before regimes
+    schedule: Timing | None = None  # warmup, calls per sample, trials (the time budget)
+    eager: PhaseTiming | None = None
+    prepared: PhaseTiming | PhaseError | None = None
+    graph: PhaseTiming | PhaseError | None = None
+    sets: dict[str, Any] | None = None  # input sets the samples rotate through
+    error: str | None = None  # rows from before the timing_error status
+
+
 class CaseRow(BaseModel):
     """One line of a results file: a (solution, workload) case and its verdict.
 
@@ -235,22 +300,20 @@ class CaseRow(BaseModel):
     tensors or on stand-ins.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     type: Literal["case"] = "case"
     definition: str
     solution: str
     uuid: str | None
-    status: str
+    status: Status
     error: str | None = None
     axes: dict[str, int] = {}
     device: str | None = None
     inputs: str | None = None
     generator: str | None = None
     outputs: dict[str, dict[str, Any]] = {}
-    # Per method a measurement (or {"error": ...}); rows written before the timing_error
-    # status held the failure of the whole timing as {"error": "..."}.
-    timing: dict[str, dict[str, Any] | str] = {}
+    timing: TimingRecord = TimingRecord()
     hashes: dict[str, str] = {}
     seconds: float = 0.0
     mac: str | None = None  # HMAC of the row with the judge's key (signing.py)

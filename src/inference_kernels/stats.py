@@ -21,6 +21,7 @@ import statistics
 CONFIDENCE = 0.95
 BOOTSTRAP_REPS = 1000
 NO_DIFFERENCE = "no significant difference"
+REGIMES_DIFFER = "not comparable: timed in different regimes"
 
 
 def _coverage(n: int, k: int) -> float:

@@ -15,13 +15,25 @@ def spread(median):
     return [median * f for f in (0.99, 0.995, 0.998, 1.0, 1.002, 1.005, 1.01)]
 
 
+def phase(median, method):
+    samples = spread(median)
+    return {
+        "method": method,
+        "median_us": median,
+        "min_us": min(samples),
+        "max_us": max(samples),
+        "stdev_us": 0.01 * median,
+        "calls_per_sample": 100,
+        "samples_us": samples,
+    }
+
+
 def case(solution, uuid, status="passed", graph=None, eager=None, definition="d", cpu=False):
     timing = {}
     if graph is not None:
-        timing["graph"] = {"median_us": graph, "method": "cuda-graph", "samples_us": spread(graph)}
+        timing["graph"] = phase(graph, "cuda-graph")
     if eager is not None:
-        method = "cpu-wall-clock" if cpu else "cuda-events"
-        timing["eager"] = {"median_us": eager, "method": method, "samples_us": spread(eager)}
+        timing["eager"] = phase(eager, "cpu-wall-clock" if cpu else "cuda-events")
     return {
         "type": "case",
         "definition": definition,
@@ -86,8 +98,9 @@ def test_summary_and_markdown_count_statuses_and_inputs():
     assert report["status"] == "failed" and report["statuses"] == {"passed": 6, "mismatch": 1}
     assert report["inputs"] == {"stand-in": 7} and report["workloads"] == 3
     text = performance_markdown(report)
-    assert "| d | fast | STAND-IN | 2/3 | 7.07 | cuda-graph | 2.83x (2.81-2.85) |" in text
-    assert "| d | base | STAND-IN | 3/3 | 12.60 | cuda-graph | 1.00x n.s. |" in text
+    fast = "| d | fast | STAND-IN | 2/3 | 7.07 | cuda-graph, sustained | 2.83x (2.81-2.85) |"
+    assert fast in text
+    assert "| d | base | STAND-IN | 3/3 | 12.60 | cuda-graph, sustained | 1.00x n.s. |" in text
     assert "stand-in 7" in text
     json.dumps(report)  # serializable
 
@@ -118,7 +131,16 @@ def test_results_files_are_validated_row_by_row(tmp_path):
     with pytest.raises(DatasetError) as caught:
         read_rows(path)
     problem = caught.value.problem
-    assert (problem.field, problem.message) == ("line 3.status", "Input should be a valid string")
+    assert problem.field == "line 3.status"
+    assert problem.message.startswith("Input should be 'passed', 'load_failed'")
+    invented = [*ROWS[:2], {**ROWS[2], "status": "passed_with_honours"}]  # a closed vocabulary
+    path.write_text(signed(invented))
+    with pytest.raises(DatasetError, match="line 3.status"):
+        read_rows(path)
+    untyped = [*ROWS[:2], {**ROWS[2], "timing": {"graph": {"median_us": "fast"}}}]
+    path.write_text(signed(untyped))
+    with pytest.raises(DatasetError, match=r"line 3.timing.graph"):
+        read_rows(path)
     path.write_text(json.dumps({"type": "summary"}) + "\n")
     with pytest.raises(DatasetError, match="neither a case nor an environment row"):
         read_rows(path)
@@ -199,3 +221,22 @@ def test_preferred_picks_no_winner_from_noise_or_cpu_times():
     assert picked["undecided"][0]["reason"] == "CPU wall-clock times are indicative only"
     (entry,) = solution_table(rows, {"d": "base"})[1:]
     assert entry["indicative"] and entry["significance"] == "faster"
+
+
+def in_regime(row, regime):
+    return {**row, "timing": {**row["timing"], "regime": regime}}
+
+
+def test_times_of_different_regimes_are_not_compared_and_pick_no_preferred():
+    base = [in_regime(case("base", u, graph=10.0), "sustained") for u in ("w1", "w2")]
+    fast = [in_regime(case("fast", u, graph=5.0), "burst") for u in ("w1", "w2")]
+    (entry,) = comparison(base + fast, None, {"d": "base"})
+    assert entry["regime"] == "burst, sustained"
+    assert entry["verdict"] == "not comparable: timed in different regimes"
+    table = {e["solution"]: e for e in solution_table(base + fast, {"d": "base"})}
+    assert table["fast"]["regime"] == "burst" and table["base"]["regime"] == "sustained"
+    picked = preferred(base + fast, {"d": "base"})
+    assert picked["definitions"] == []
+    assert "different regimes" in picked["undecided"][0]["reason"]
+    same = [in_regime(row, "burst") for row in base] + fast
+    assert comparison(same, None, {"d": "base"})[0]["verdict"] == "faster"

@@ -84,6 +84,15 @@ def run(
     cold_l2: Annotated[
         bool, typer.Option("--cold-l2", help="Time single calls after flushing 2x the L2 size.")
     ] = False,
+    regime: Annotated[
+        str,
+        typer.Option(
+            help="The device state times are taken in. sustained: after a 10 s preheat and "
+            "1 s of load before each case (a busy server's clocks). burst: no load, a short "
+            "rest before each case, samples as short as the outside check allows (the "
+            "clocks of published micro-benchmarks and of ncu). Recorded in every row."
+        ),
+    ] = "sustained",
     cache: Annotated[
         Path | None,
         typer.Option(help="Reference outputs (kept between runs), solution packages, logs."),
@@ -109,6 +118,8 @@ def run(
 
     if device not in ("cpu", "cuda", "auto"):
         _fail(f"--device {device!r} is not cpu, cuda or auto")
+    if regime not in ("sustained", "burst"):
+        _fail(f"--regime {regime!r} is not sustained or burst")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = suite or ("dev" if device == "cuda" else "first")
@@ -130,6 +141,7 @@ def run(
         resume=resume,
         validation_only=validation_only,
         cold_l2=cold_l2,
+        regime=regime,
         timeout=timeout,
         data_root=data_root,
         cache=cache,
@@ -254,7 +266,17 @@ def compare(
         print(json.dumps(table, indent=2))
         return
     view = Table(title="paired speedups (old time / new time)")
-    columns = ("definition", "solution", "against", "inputs", "pairs", "speedup", "range", "faster")
+    columns = (
+        "definition",
+        "solution",
+        "against",
+        "inputs",
+        "regime",
+        "pairs",
+        "speedup",
+        "range",
+        "faster",
+    )
     for column in columns:
         view.add_column(column)
     for entry in table:
@@ -267,6 +289,7 @@ def compare(
             escape(entry["solution"]),
             escape(entry["against"]),
             inputs_label(entry["inputs"]),
+            entry["regime"],
             str(entry["pairs"]),
             speedup,
             spread,

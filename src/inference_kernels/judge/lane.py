@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch.multiprocessing as mp
 
+from .. import statuses
 from ..schema import CaseRow, Solution
-from . import referee, statuses
+from . import referee
 from .results import ResultWriter, digest
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Lane:
             "timeout": self.options.timeout,
             "validation_only": self.options.validation_only,
             "cold_l2": self.options.cold_l2,
+            "regime": self.options.regime,
             "lane": self.name,
         }
         self.process = context.Process(

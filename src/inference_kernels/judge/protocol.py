@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from .. import statuses
 from ..dtypes import TORCH_DTYPES
-from . import statuses
 
 METHODS = ("eager", "prepared", "graph")
 Method = Literal["eager", "prepared", "graph"]

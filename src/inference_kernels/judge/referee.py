@@ -12,6 +12,7 @@ itself; a worker can only end its own case early with a failure.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,12 @@ from typing import Any
 
 import torch
 
-from .. import schema, signing
+from .. import schema, signing, statuses
 from ..acceptance import compare
 from ..errors import DatasetError
 from ..materialize.inputs import materialize
 from ..materialize.references import output_problems, run_reference
-from . import protocol, statuses, timing
+from . import clocks, protocol, timing
 from .fresh import Fresh
 from .logs import redirect_output
 from .reference_cache import ReferenceCache, reference_key
@@ -41,6 +42,9 @@ PREHEAT_SECONDS = 10.0
 # ...and this long before each case's samples, so that every case starts from the clocks
 # of sustained work.
 STEADY_SECONDS = 1.0
+# The burst regime (``--regime burst``) has no load: each case's samples start after this
+# rest, as published micro-benchmarks and ncu's one-kernel-at-a-time times do.
+BURST_REST_SECONDS = 0.5
 SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
 OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
 SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
@@ -76,6 +80,7 @@ class Referee:
         self.current: Workload | None = None
         self.workers: dict[str, WorkerHandle | str] = {}
         self.preheated = False
+        self.clock = clocks.reader(self.device)
 
     # ------------------------------------------------------------------ workloads
 
@@ -264,17 +269,21 @@ class Referee:
 
     def _time(self, worker: WorkerHandle, verdict: dict[str, Any], first_call: float) -> None:
         job = self.current
+        regime = self.options.get("regime", "sustained")
         if self.device.type == "cuda":
-            if not self.preheated:
-                timing.load(self.device, PREHEAT_SECONDS)
-                self.preheated = True
-            timing.load(self.device, STEADY_SECONDS)
+            if regime == "sustained":  # the clocks of a busy server
+                if not self.preheated:
+                    timing.load(self.device, PREHEAT_SECONDS)
+                    self.preheated = True
+                timing.load(self.device, STEADY_SECONDS)
+            else:  # burst: the clocks of a device that was resting
+                time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
             job.fresh = Fresh(job.pristine)
         methods = ["eager"]
         if worker.loaded.prepare:
             methods.append("prepared")
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" or timing.FAKE_GRAPH:
             methods.append("graph")
         fit, share = self._fit(worker)
         cold = bool(self.options.get("cold_l2"))
@@ -285,18 +294,19 @@ class Referee:
         sampler.fit = fit
         sampler.shapes = job.expected
         sampler.grow = lambda count: self._sets(worker, count, share)
+        sampler.clock = self.clock
         per_call = sampler.calibrate()
-        sampler.plan = plan(job.timing, per_call, self.device, fit, cold)
+        sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:
             sampler.sets = sets = self._sets(worker, sampler.plan.iters, share)
+        verdict["timing"]["regime"] = regime
         verdict["timing"]["schedule"] = {
             "warmup": sampler.plan.warmup,
             "iters": sampler.plan.iters,
             "trials": sampler.plan.trials,
         }
         launch = "prepared" if worker.loaded.prepare else None
-        for method in methods:
-            verdict["timing"][method] = sampler.run(method, launch if method == "graph" else None)
+        verdict["timing"].update(sampler.time_methods(methods, launch))
         verdict["timing"]["sets"] = {
             "count": sampler.sets.count,
             "integers_shared": sampler.sets.share_integers,

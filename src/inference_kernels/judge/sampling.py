@@ -30,8 +30,10 @@ from typing import Any
 
 import torch
 
+from .. import statuses
 from ..stats import median_interval
-from . import protocol, statuses, timing
+from . import protocol, timing
+from .clocks import Log, Reader
 from .fresh import Fresh
 from .sets import InputSets
 from .workers import CaseEnded, WorkerHandle
@@ -40,6 +42,13 @@ from .workers import CaseEnded, WorkerHandle
 SAMPLE_SECONDS = 0.1
 CASE_SECONDS = 3.0
 MAX_CALLS = 4000  # calls per sample
+# Adaptive repetition: every phase gets at least MIN_ROUNDS samples (six are the fewest
+# whose order statistics bound the median at 95%, stats.py), then stops when that interval
+# is within TARGET_HALF_WIDTH of the median, or when the case has spent the time of the
+# schedule's trials; what one phase leaves, the noisier ones may use.
+MIN_ROUNDS = 6
+TARGET_HALF_WIDTH = 0.01
+MAX_ROUNDS = 100
 # Samples of each method whose outputs are checked, one call each. One was too few: a
 # solution that remembered answers by input address was right on the calls of its first
 # sample (all new addresses) and stale on the others; the one checked call fell in that
@@ -71,6 +80,28 @@ HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
 
 
 @dataclass
+class Phase:
+    """One method's samples while the rounds run."""
+
+    method: str
+    iters: int  # calls per sample
+    launch: str | None = None  # a graph's: "prepared" when it replays prepared launches
+    resampled: bool = False
+    samples: list[float] = field(default_factory=list)  # the worker's times, us per call
+    host: list[float] = field(default_factory=list)
+    outside: list[float] = field(default_factory=list)  # the referee's, seconds per sample
+    clocks: Log = field(default_factory=Log)
+    checked: set[int] = field(default_factory=set)
+    stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
+
+    def half_width(self) -> float:
+        """The larger side of the median's 95% interval, relative to the median."""
+        low, high, _ = median_interval(self.samples)
+        middle = statistics.median(self.samples)
+        return max(middle - low, high - middle) / middle if middle > 0 else math.inf
+
+
+@dataclass
 class Plan:
     warmup: int
     iters: int
@@ -78,20 +109,29 @@ class Plan:
 
 
 def plan(
-    task: dict[str, int], per_call: float, device: torch.device, sets: int, cold_l2: bool
+    task: dict[str, int],
+    per_call: float,
+    device: torch.device,
+    sets: int,
+    cold_l2: bool,
+    regime: str = "sustained",
 ) -> Plan:
     """The schedule of every method of a case, from the task's and the time of one call
     (the worker's own report of its warmup: a false one only shortens or lengthens its
-    samples, and the outside check bounds what that can hide)."""
+    samples, and the outside check bounds what that can hide). In the burst regime a
+    sample is as short as the outside check allows."""
     per_call = max(per_call, 1e-7)
     kind = device.type if device.type == "cuda" else "cpu"
     warmup = max(1, min(task["warmup"], int(SAMPLE_SECONDS / per_call)))
+    shortest = math.ceil(SAMPLE_MIN_SECONDS[kind] / per_call)
     if cold_l2:
         iters = 1
+    elif regime == "burst":
+        iters = shortest
     elif per_call * task["iters"] > SAMPLE_SECONDS:
         iters = max(1, int(SAMPLE_SECONDS / per_call))
     else:
-        iters = max(task["iters"], math.ceil(SAMPLE_MIN_SECONDS[kind] / per_call))
+        iters = max(task["iters"], shortest)
     iters = max(1, min(iters, sets, MAX_CALLS))
     trials = max(3, min(task["trials"], int(CASE_SECONDS / (per_call * iters))))
     if kind == "cpu":  # CPU timings are indicative only: keep CPU runs short
@@ -135,6 +175,7 @@ class Sampler:
     shapes: list[torch.Tensor] = field(default_factory=list)  # outputs' expected shape, dtype
     refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
     suspect: list[str] = field(default_factory=list)
+    clock: Reader | None = None  # the device's clocks, read after each sample (clocks.py)
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -217,36 +258,125 @@ class Sampler:
         ready = self.worker.ask(setup, [], protocol.Ready, protocol.Unavailable)
         return ready.error if isinstance(ready, protocol.Unavailable) else None
 
-    def _samples(self, method: str, iters: int, trials: int):
-        """The method's samples (after a warmup sample, but for a graph, which warmed up
-        when it was captured): the worker's times, its host times, the referee's times.
-        After CHECKS secret samples, one call picked at random is kept for checking."""
-        self.refs.pop(method, None)
-        if method != "graph":
-            self.go(method, -1, [self.fresh.offsets() for _ in range(min(self.plan.warmup, iters))])
-        checked = set(self._random.sample(range(trials), min(CHECKS, trials)))
-        self.checks[method] = []
-        samples, host, outside = [], [], []
-        for index in range(trials):
-            windows = [self.fresh.offsets() for _ in range(iters)]
-            outputs, reply, seconds = self.go(method, index, windows)
-            self._probe(method, index)
-            if index in checked:
-                # copied now, before the worker may run again: what it returned, not later
-                call = self._random.randrange(iters)
-                kept = self.worker.read(outputs[call], self.shapes)
-                self.checks[method].append((windows[call], kept))
-            changed = self.sets.changed(windows, self.fresh)
-            if changed:
-                raise CaseEnded(
-                    statuses.INPUT_MUTATED,
-                    f"input(s) {', '.join(changed)} changed ({method} sample {index})",
-                )
-            samples.append(reply.us)
-            outside.append(seconds)
-            if reply.host_us is not None:
-                host.append(reply.host_us)
-        return samples, host, outside
+    def time_methods(self, methods: list[str], launch: str | None) -> dict[str, dict[str, Any]]:
+        """Time every method of the case in one state of the device: each is set up and
+        sized first, then their samples are taken in rounds, one sample of each method per
+        round, so that eager, prepared and graph times differ by launch cost and nothing
+        else (issue 11). A phase stops when its median's 95% interval is within
+        TARGET_HALF_WIDTH, or when the case has spent its time (the schedule's trials
+        times one round); each entry says which. Raises CaseEnded when the case ends."""
+        entries: dict[str, dict[str, Any]] = {}
+        phases: dict[str, Phase] = {}
+        for method in methods:
+            phase_launch = launch if method == "graph" else None
+            error = self._setup(method, self.plan.iters, phase_launch)
+            if error is not None:
+                entries[method] = {"error": error}
+                continue
+            phases[method] = Phase(method, self._size(method, self.plan.iters), phase_launch)
+        for method, error in self._ready(phases).items():
+            entries[method] = {"error": error}
+            del phases[method]
+        self._rounds(list(phases.values()))
+        for method, phase in phases.items():
+            wanted = self._longer(phase.samples, phase.iters)
+            if wanted is not None:
+                # The worker's own times say the samples were too short for the outside
+                # check to hold it to them (its warm samples said otherwise): sample again,
+                # longer, this method alone.
+                phase = Phase(method, wanted, phase.launch, resampled=True)
+                error = self._ready({method: phase}).get(method)
+                if error is not None:
+                    entries[method] = {"error": error}
+                    continue
+                self._rounds([phase])
+            entries[method] = self._entry(phase)
+        return {method: entries[method] for method in methods}
+
+    def _size(self, method: str, iters: int) -> int:
+        """Calls per sample for ``method``: eager calls were sized by the calibration; a
+        prepared launch or a graph replay can be far shorter, so one warm sample of them
+        sizes theirs, to at least SAMPLE_MIN_SECONDS (the outside check's allowance stays
+        a small part of each sample)."""
+        if method == "eager" or self.cold_l2:
+            return iters
+        _, reply, seen = self.go(method, -1, [self.fresh.offsets() for _ in range(iters)])
+        per_call = max(min(reply.us * 1e-6, seen / iters), 1e-7)
+        wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
+        return max(iters, wanted)
+
+    def _ready(self, phases: dict[str, Phase]) -> dict[str, str]:
+        """Sets enough for every phase, each method set up for its calls and warmed up;
+        the methods that cannot be (a graph that cannot be captured), with the reason."""
+        grown = False
+        needed = max((phase.iters for phase in phases.values()), default=0)
+        if needed > self.sets.count:
+            self.sets, grown = self.grow(needed), True  # launches on the old sets are gone
+        errors = {}
+        for method, phase in phases.items():
+            if method != "eager" and (grown or phase.iters != self.plan.iters or phase.resampled):
+                error = self._setup(method, phase.iters, phase.launch)
+                if error is not None:
+                    errors[method] = error
+                    continue
+            if method != "graph":  # a graph warmed up when it was captured
+                calls = min(self.plan.warmup, phase.iters)
+                self.go(method, -1, [self.fresh.offsets() for _ in range(calls)])
+        return errors
+
+    def _rounds(self, phases: list[Phase]) -> None:
+        """Samples in rounds until every phase has stopped (see ``time_methods``). The
+        samples checked after the fact are picked in secret among the first rounds, which
+        every phase runs."""
+        least = min(MIN_ROUNDS, self.plan.trials)
+        for phase in phases:
+            phase.checked = set(self._random.sample(range(least), min(CHECKS, least)))
+            self.refs.pop(phase.method, None)
+            self.checks[phase.method] = []
+        active, spent, budget, rounds = list(phases), 0.0, None, 0
+        while active:
+            for phase in active:
+                spent += self._sample(phase, rounds)
+            rounds += 1
+            if budget is None:
+                budget = spent * self.plan.trials
+            for phase in list(active):
+                if rounds >= MAX_ROUNDS:
+                    phase.stopped = "max_rounds"
+                elif rounds < least:
+                    continue
+                elif phase.half_width() <= TARGET_HALF_WIDTH:
+                    phase.stopped = "converged"
+                elif spent >= budget:
+                    phase.stopped = "time_cap"
+                else:
+                    continue
+                active.remove(phase)
+
+    def _sample(self, phase: Phase, index: int) -> float:
+        """One timed sample of ``phase``; the seconds the referee saw."""
+        method = phase.method
+        windows = [self.fresh.offsets() for _ in range(phase.iters)]
+        outputs, reply, seconds = self.go(method, index, windows)
+        if self.clock is not None:
+            phase.clocks.readings.append(self.clock())
+        self._probe(method, index)
+        if index in phase.checked:
+            # copied now, before the worker may run again: what it returned, not later
+            call = self._random.randrange(phase.iters)
+            kept = self.worker.read(outputs[call], self.shapes)
+            self.checks[method].append((windows[call], kept))
+        changed = self.sets.changed(windows, self.fresh)
+        if changed:
+            raise CaseEnded(
+                statuses.INPUT_MUTATED,
+                f"input(s) {', '.join(changed)} changed ({method} sample {index})",
+            )
+        phase.samples.append(reply.us)
+        phase.outside.append(seconds)
+        if reply.host_us is not None:
+            phase.host.append(reply.host_us)
+        return seconds
 
     def _longer(self, samples: list[float], iters: int) -> int | None:
         """Calls per sample to time again with, when the samples the worker reports are too
@@ -257,50 +387,28 @@ class Sampler:
         wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
         return wanted if wanted > iters else None
 
-    def _graph_calls(self, iters: int, launch: str | None) -> tuple[int, str | None]:
-        """A replay of the captured graph times its calls. The schedule was sized by eager
-        calls, which can take far longer than their kernels: when a replay is shorter than
-        SAMPLE_MIN_SECONDS, capture more calls (on more input sets), so that the outside
-        check's allowance stays a small part of each sample."""
-        warm = [self.fresh.offsets() for _ in range(iters)]
-        _, reply, seen = self.go("graph", -1, warm)
-        per_call = max(min(reply.us * 1e-6, seen / iters), 1e-7)
-        wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
-        if wanted <= iters:
-            return iters, None
-        if wanted > self.sets.count:
-            self.sets = self.grow(wanted)
-        return wanted, self._setup("graph", wanted, launch)
-
-    def run(self, method: str, launch: str | None = None) -> dict[str, Any]:
-        """Time ``method``; its row entry. Raises CaseEnded when the case ends here."""
-        iters, trials = self.plan.iters, self.plan.trials
-        error = self._setup(method, iters, launch)
-        if error is None and method == "graph":
-            iters, error = self._graph_calls(iters, launch)
-        if error is not None:
-            return {"error": error}
-        samples, host, outside = self._samples(method, iters, trials)
-        wanted = self._longer(samples, iters)
-        if wanted is not None:
-            # The worker's own times say the samples were too short for the outside check
-            # to hold it to them (its calibration said otherwise): sample again, longer.
-            if wanted > self.sets.count:
-                self.sets = self.grow(wanted)
-            error = self._setup(method, wanted, launch)
-            if error is not None:
-                return {"error": error}
-            iters = wanted
-            samples, host, outside = self._samples(method, iters, trials)
-        name = {"graph": "cuda-graph"}.get(
-            method, "cuda-events" if self.kind == "cuda" else "cpu-wall-clock"
-        )
+    def _entry(self, phase: Phase) -> dict[str, Any]:
+        """The phase's row entry."""
+        method, iters = phase.method, phase.iters
+        if method == "graph":
+            name = "cuda-graph" if self.kind == "cuda" else "cpu-graph-stand-in"  # tests only
+        else:
+            name = "cuda-events" if self.kind == "cuda" else "cpu-wall-clock"
         if self.cold_l2 and self.kind == "cuda":
             name += ", cold L2"
-        result = _summary(method, name, samples, iters, host if method != "graph" else [])
+        host = phase.host if method != "graph" else []
+        result = _summary(method, name, phase.samples, iters, host)
+        result["rounds"] = len(phase.samples)
+        result["stopped"] = phase.stopped
+        result["median_half_width"] = round(phase.half_width(), 5)
+        if phase.resampled:
+            result["resampled"] = True
         if method == "graph":
-            result["launch"] = launch or "run"
-        result["outside"] = self._outside(method, samples, outside, iters)
+            result["launch"] = phase.launch or "run"
+        result["outside"] = self._outside(method, phase.samples, phase.outside, iters)
+        clocks = phase.clocks.summary(result["median_us"])
+        if clocks is not None:
+            result["clocks"] = clocks
         self._host(method, result, iters)
         self.refs.pop(method, None)
         return result

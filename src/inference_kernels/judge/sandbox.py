@@ -54,6 +54,7 @@ PASS_ENV = (
     "MKL_NUM_THREADS",
     "TORCH_CUDA_ARCH_LIST",
     "INFERENCE_KERNELS_TRACE",  # the worker logs when each message came and went
+    "INFERENCE_KERNELS_FAKE_GRAPH",  # tests only: the CPU stand-in for CUDA graphs (timing.py)
 )
 ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run", "/root", "/home", "/dev/shm")
 

@@ -36,6 +36,7 @@ class Options:
     reference_timeout: float = 1800.0
     validation_only: bool = False
     cold_l2: bool = False
+    regime: str = "sustained"
 
     @property
     def case_timeout(self) -> float:

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import statuses
 from ..dataset.layout import Dataset
 from ..dataset.selection import Suite, select
 from ..errors import DatasetError
 from ..schema import CaseRow, Solution
 from ..signing import key_folder
-from . import statuses
 from .loader import candidate_solution
 from .manifest import Manifest
 from .results import Earlier, ResultWriter, digest, earlier_rows, environment_row
@@ -41,6 +41,7 @@ class Request:
     resume: bool = False
     validation_only: bool = False
     cold_l2: bool = False
+    regime: str = "sustained"  # "burst": no preheat or load (referee.py)
     timeout: float = 600.0
     data_root: Path | None = None
     cache: Path | None = None
@@ -178,6 +179,7 @@ def judge(
             resumed=bool(done) or earlier.environment is not None,
             suite=request.suite,
             validation_only=request.validation_only,
+            regime=request.regime,
             isolation=isolation,
             manifest=pinned,
             dropped_rows=earlier.dropped,
@@ -198,6 +200,7 @@ def judge(
         reference_timeout=max(request.timeout, 1800.0),
         validation_only=request.validation_only,
         cold_l2=request.cold_l2,
+        regime=request.regime,
     )
     try:
         run_jobs(
@@ -222,6 +225,14 @@ def _check_resumable(request: Request, earlier: Earlier, solutions, cases, datas
             request.report,
             "validation_only",
             "its rows were judged without timing; resume with --validation-only, or write "
+            "another --report",
+        )
+    if environment and environment.get("regime", "sustained") != request.regime:
+        raise DatasetError(
+            request.report,
+            "regime",
+            f"its rows were timed in the {environment.get('regime', 'sustained')} regime; "
+            f"resume with --regime {environment.get('regime', 'sustained')}, or write "
             "another --report",
         )
     if not earlier.cases:

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from .. import schema
+from .. import schema, statuses
 from ..dataset.shapes import declared_shape
 from ..dtypes import torch_dtype
-from . import cuda_ipc, statuses
+from . import cuda_ipc
 from . import timing as timer  # binds the clocks before any solution is imported
 from .channel import Channel, ChannelClosed
 from .guards import aliased_inputs, as_list, is_plain_tensor
@@ -79,7 +79,7 @@ class Worker:
         self.inputs: list[Any] = []
         self.sets: list[list[Any]] = []
         self.buffers: list[list[torch.Tensor]] = []  # DPS outputs per set
-        self.launches: list[Any] = []
+        self.launches: dict[str, list[Any]] = {}  # per method, its prepared launches
         self.graph: Any = None
         self.graph_outputs: list[list[Any]] = []
         self.kept: list[Any] = []  # the last sample's outputs, until the next message
@@ -194,28 +194,33 @@ class Worker:
         dps = self.solution.spec.destination_passing_style
         self.buffers = [self._dps_buffers() for _ in range(count)] if dps else []
 
-    def _slot(self, index: int):
-        """call(): one call on set ``index`` (eager, or its prepared launch)."""
+    def _slot(self, index: int, method: str):
+        """call(): one call on set ``index`` (eager, or the method's prepared launch)."""
         inputs = self.sets[index]
         buffers = self.buffers[index] if self.buffers else None
-        if self.launches:  # a prepared launch returns its outputs
-            launch = self.launches[index]
+        launches = self.launches.get(method)
+        if launches:  # a prepared launch returns its outputs
+            launch = launches[index % len(launches)]
             return lambda: as_list(launch(), self.names)
         return lambda: self._call(inputs, buffers)
 
     def method(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Set up ``method`` for samples of ``calls`` calls. Methods set up earlier stay
+        ready (the referee interleaves their samples); setting one up again replaces it."""
         method, calls, warmup = message["method"], message["calls"], message["warmup"]
-        self.launches, self.graph, self.graph_outputs = [], None, []
+        self.launches.pop(method, None)
+        if method == "graph":
+            self.graph, self.graph_outputs = None, []
         self.last_refs.pop(method, None)
         self.outbox.forget()  # a graph released its memory: its segments are not the same
         try:
             if method in ("prepared", "graph") and self.loaded.prepare is not None:
                 if method == "prepared" or message.get("launch") == "prepared":
-                    self.launches = [self.loaded.prepare(*self.sets[i]) for i in range(calls)]
+                    self.launches[method] = [self.loaded.prepare(*s) for s in self.sets[:calls]]
         except Exception as error:
             raise CallFailed(statuses.TIMING_ERROR, f"prepare: {_one_line(error)}") from None
         if method == "graph":
-            slots = [self._slot(i) for i in range(calls)]
+            slots = [self._slot(i, method) for i in range(calls)]
             try:
                 self.graph, self.graph_outputs = timer.capture(slots, warmup, self.device)
             except Exception as error:
@@ -231,7 +236,7 @@ class Worker:
                 us, host_us = timer.replay(self.graph, calls, self.device)
                 produced = self.graph_outputs
             else:
-                slots = [self._slot(i % len(self.sets)) for i in range(calls)]
+                slots = [self._slot(i % len(self.sets), method) for i in range(calls)]
                 us, host_us, produced = timer.sample(slots, self.device)
         except Exception as error:
             raise CallFailed(statuses.TIMING_ERROR, f"{method}: {_one_line(error)}") from None
@@ -251,9 +256,10 @@ class Worker:
 
     def _sample_outputs(self, method: str, produced: list[Any]) -> list | str:
         """References to each slot's outputs, or "same" when they are those of the
-        method's previous sample (a graph's always are: checked and exported once)."""
+        method's previous sample (a graph's on CUDA always are: its outputs are exported
+        where they live; on the CPU they are copied out after every sample)."""
         last = self.last_refs.get(method)
-        if method == "graph" and last is not None:
+        if method == "graph" and last is not None and self.device.type == "cuda":
             return "same"
         slots = [self._outputs(outputs, f"{method} call", timed=True) for outputs in produced]
         self.kept = slots
@@ -268,7 +274,7 @@ class Worker:
     def end(self) -> dict[str, Any]:
         self._synchronize()
         self.kept = []
-        self.inputs, self.sets, self.buffers, self.launches = [], [], [], []
+        self.inputs, self.sets, self.buffers, self.launches = [], [], [], {}
         self.graph, self.graph_outputs = None, []
         if self.imports is not None:
             self.imports.close()

@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
+from .. import statuses
 from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
-from . import cuda_ipc, protocol, statuses
+from . import cuda_ipc, protocol
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
 from .loader import SolutionLoadError, usable, write_package
 from .sandbox import Sandbox, apply_limits, identity, limits

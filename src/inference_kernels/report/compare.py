@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-from ..stats import paired_speedup, verdict
-from .rows import case_rows, case_samples, case_time, geomean, indicative
+from ..stats import REGIMES_DIFFER, paired_speedup, verdict
+from .rows import case_rows, case_samples, case_time, geomean, indicative, regime
 
 
 class Timed(NamedTuple):
     us: float
     method: str
     samples: list[float]
+    regime: str
 
 
 def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Timed]]:
@@ -21,19 +22,22 @@ def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
     for row in case_rows(rows):
         measured = case_time(row)
         if measured:
-            timed = Timed(measured[0], measured[1], case_samples(row))
+            timed = Timed(measured[0], measured[1], case_samples(row), regime(row))
             times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
 
 
 def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str, Any]:
     """Paired speedup (their time / mine) over the workloads both timed: geometric mean,
-    range, how many faster, the 95% interval and its verdict; CPU wall-clock pairs are
-    marked indicative."""
+    range, how many faster, the 95% interval and its verdict (none across regimes: a
+    sustained and a burst time differ by the clock, not the code); CPU wall-clock pairs
+    are marked indicative."""
     shared = [u for u in mine if u in theirs]
     ratios = [theirs[u].us / mine[u].us for u in shared]
     bounds = paired_speedup([(theirs[u].samples, mine[u].samples) for u in shared])
     methods = {t.method for u in shared for t in (mine[u], theirs[u])}
+    regimes = {t.regime for u in shared for t in (mine[u], theirs[u])}
+    judged = verdict(bounds[1], bounds[2]) if bounds else None
     return {
         "pairs": len(ratios),
         "speedup": geomean(ratios),
@@ -41,8 +45,9 @@ def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str,
         "max": max(ratios) if ratios else None,
         "faster": sum(r > 1 for r in ratios),
         "interval": [bounds[1], bounds[2]] if bounds else None,
-        "verdict": verdict(bounds[1], bounds[2]) if bounds else None,
+        "verdict": REGIMES_DIFFER if len(regimes) > 1 else judged,
         "indicative": any(indicative(m) for m in methods),
+        "regime": ", ".join(sorted(regimes)),
     }
 
 

@@ -85,6 +85,12 @@ def case_samples(row: dict[str, Any]) -> list[float]:
     return list(timing.get("samples_us") or []) if timing else []
 
 
+def regime(row: dict[str, Any]) -> str:
+    """The device state the row was timed in; rows from before ``--regime`` were timed
+    after the preheat, as ``sustained`` is."""
+    return row.get("timing", {}).get("regime") or "sustained"
+
+
 def indicative(method: str) -> bool:
     """CPU wall-clock times: indicative only (a shared machine shakes them)."""
     return "cpu-wall-clock" in method

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..stats import NO_DIFFERENCE
+from ..stats import NO_DIFFERENCE, REGIMES_DIFFER
 from .compare import speedup_entry, times_by_case
-from .rows import case_rows, geomean, indicative
+from .rows import case_rows, geomean, indicative, regime
 
 
 def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> list[dict[str, Any]]:
@@ -16,7 +16,7 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
     ``time_us`` is the geometric mean of the passed cases' times; ``speedup`` is the
     geometric mean, over workloads both passed, of baseline time / solution time, with its
     95% interval (``speedup_interval``) and verdict (``significance``); ``indicative`` marks
-    CPU wall-clock times.
+    CPU wall-clock times; ``regime`` is the device state the times were taken in.
     """
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in case_rows(rows):
@@ -40,6 +40,7 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
                 "time_us": geomean([timed.us for timed in mine.values()]),
                 "method": ", ".join(sorted(methods)),
                 "indicative": any(indicative(m) for m in methods),
+                "regime": ", ".join(sorted({regime(r) for r in group if r.get("timing")})),
                 "speedup": against["speedup"],
                 "speedup_interval": against["interval"],
                 "significance": against["verdict"],
@@ -69,6 +70,8 @@ def speedup_label(speedup: float | None, interval: list[float] | None, verdict: 
     """A speedup as tables show it: with its interval, or marked n.s. when not significant."""
     if not speedup:
         return "-"
+    if verdict == REGIMES_DIFFER:
+        return f"{speedup:.2f}x (regimes differ)"
     if interval is None:
         return f"{speedup:.2f}x"
     if verdict == NO_DIFFERENCE:
@@ -77,4 +80,6 @@ def speedup_label(speedup: float | None, interval: list[float] | None, verdict: 
 
 
 def method_label(entry: dict[str, Any]) -> str:
-    return entry["method"] + (" (indicative)" if entry.get("indicative") else "")
+    """The clock and the regime of an entry's times, e.g. "cuda-graph, sustained"."""
+    label = ", ".join(part for part in (entry["method"], entry.get("regime")) if part)
+    return label + (" (indicative)" if entry.get("indicative") else "")

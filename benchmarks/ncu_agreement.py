@@ -1,0 +1,210 @@
+"""Do the judge's times agree with the hardware's? The judge against Nsight Compute.
+
+For each kernel below, the dataset's baseline is judged in both regimes (``--regime
+burst`` and ``sustained``, the whole judge: sandbox, fresh inputs, outside check), and the
+same baseline on the same workload runs under ncu (``--clock-control none --cache-control
+none``, kernels bracketed by cudaProfilerStart/Stop), whose ``gpu__time_duration`` summed
+over a call's kernels is the truth for the burst regime: ncu times kernels one at a time
+near boost clock. Each side's SM clock is recorded (NVML, right after). Printed as JSON:
+
+- ``burst``: the judge's graph median, ncu's kernel time per call, their ratio, and each
+  side's SM clock;
+- ``sustained``: the judge's graph median, its SM clock and power, and the ratio to the
+  burst time of the same kernel.
+
+A launch-bound kernel's graph replay also holds the gaps between its kernels, which ncu
+does not count: its ratio shows that cost. Run on a CUDA machine with ncu on the PATH:
+
+    PYTHONPATH=src python3 benchmarks/ncu_agreement.py [--calls 20] > agreement.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> (definition, axes; None: the first dev workload), what it stands for
+KERNELS = {
+    "gemm_m4096_n12288_k4096": ("dense_gemm_bf16_nt_n12288_k4096", {"M": 4096}, "compute-bound"),
+    "sdpa_b1_h32_n2560_d128": (
+        "noncausal_dense_attention_h32_d128",
+        {"B": 1, "Nq": 2560, "Nk": 2560},
+        "compute-bound attention",
+    ),
+    # The dataset has no copy operator; the GDN decode reads and writes its recurrent state
+    # (64 x 8 x 128 x 128 fp32) and little else: bandwidth-bound.
+    "gdn_decode_b64": ("gdn_decode_qk4_v8_d128_k_last", {"batch_size": 64}, "memory-bound"),
+    "sdpa_h32_d64_dev": ("noncausal_dense_attention_h32_d64", None, "a 5-20 us kernel"),
+    "gdn_decode_b1": ("gdn_decode_qk4_v8_d128_k_last", {"batch_size": 1}, "launch-bound decode"),
+}
+UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+
+
+def _dataset():
+    from inference_kernels.dataset.layout import load_dataset
+
+    return load_dataset(ROOT / "dataset")
+
+
+def _workload(dataset, definition: str, axes: dict | None):
+    if axes is None:
+        first = dataset.tasks[definition].dev[0]
+        return next(w for w in dataset.workloads[definition] if w.uuid == first)
+    return next(w for w in dataset.workloads[definition] if w.axes == axes)
+
+
+def _sm_mhz() -> int | None:
+    import torch
+
+    from inference_kernels.judge import clocks
+
+    read = clocks.reader(torch.device("cuda:0"))
+    return read().sm_mhz if read else None
+
+
+def judged(regime: str) -> dict[str, dict]:
+    """The graph phase of each kernel's baseline, judged in ``regime``."""
+    from inference_kernels.judge.session import Request, judge
+
+    dataset = _dataset()
+    uuids = [_workload(dataset, d, axes).uuid for d, axes, _ in KERNELS.values()]
+    folder = Path(tempfile.mkdtemp(prefix=f"ncu-{regime}-"))
+    request = Request(
+        definitions=sorted({d for d, _, _ in KERNELS.values()}),
+        solutions=sorted({dataset.tasks[d].baseline for d, _, _ in KERNELS.values()}),
+        suite="all",
+        workloads=uuids,
+        devices=["cuda:0"],
+        report=folder / "results.jsonl",
+        cache=folder / "cache",
+        regime=regime,
+    )
+    rows = [row for row in judge(dataset, request) if row.get("type") == "case"]
+    found = {}
+    for name, (definition, axes, _) in KERNELS.items():
+        uuid = _workload(dataset, definition, axes).uuid
+        row = next(r for r in rows if r["uuid"] == uuid and r["definition"] == definition)
+        graph = row["timing"].get("graph", {})
+        found[name] = {
+            "status": row["status"],
+            "graph_us": graph.get("median_us"),
+            "eager_us": row["timing"].get("eager", {}).get("median_us"),
+            "sm_mhz": graph.get("clocks", {}).get("median_sm_mhz"),
+            "power_w": graph.get("clocks", {}).get("median_power_w"),
+            "stopped": graph.get("stopped"),
+        }
+    return found
+
+
+def replay(name: str, calls: int) -> None:
+    """Under ncu: run the baseline ``calls`` times between cudaProfilerStart and Stop."""
+    import torch
+
+    from inference_kernels.judge.loader import load_package, write_package
+    from inference_kernels.materialize.inputs import materialize
+
+    dataset = _dataset()
+    definition_name, axes, _ = KERNELS[name]
+    definition = dataset.definitions[definition_name]
+    workload = _workload(dataset, definition_name, axes)
+    solution = dataset.solutions[dataset.tasks[definition_name].baseline]
+    made = materialize(
+        definition,
+        workload,
+        data_root=dataset.root,
+        device="cuda:0",
+        capture=dataset.captures.get(workload.uuid),
+    )
+    package = write_package(solution, Path(tempfile.mkdtemp(prefix="ncu-")) / "package")
+    run = load_package(solution, definition, package).run
+    for _ in range(10):
+        run(*made.values)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for _ in range(calls):
+        run(*made.values)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    print("SM_MHZ", json.dumps(_sm_mhz()), flush=True)
+
+
+def under_ncu(name: str, calls: int) -> dict:
+    """ncu's kernel time per call of ``name`` and the SM clock right after."""
+    command = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "none",
+        "--profile-from-start",
+        "off",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--csv",
+        sys.executable,
+        __file__,
+        "--replay",
+        name,
+        "--calls",
+        str(calls),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout)[-500:]}
+    return parse(done.stdout, calls)
+
+
+def parse(stdout: str, calls: int) -> dict:
+    """Kernel time per call from ncu's CSV, and the clock line ``replay`` printed."""
+    total, kernels, clock = 0.0, 0, None
+    lines = stdout.splitlines()
+    for line in lines:
+        if line.startswith("SM_MHZ "):
+            clock = json.loads(line.split(" ", 1)[1])
+    table = [line for line in lines if line.startswith('"')]
+    for record in csv.DictReader(io.StringIO("\n".join(table))):
+        if record.get("Metric Name") == "gpu__time_duration.sum":
+            value = float(record["Metric Value"].replace(",", ""))
+            total += value * UNITS.get(record.get("Metric Unit", "nsecond"), 1e-3)
+            kernels += 1
+    if not kernels:
+        return {"error": "ncu reported no kernel"}
+    return {"us": total / calls, "kernels_per_call": kernels / calls, "sm_mhz": clock}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20, help="calls profiled per kernel")
+    parser.add_argument("--replay", choices=list(KERNELS), help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.replay:
+        replay(options.replay, options.calls)
+        return
+    import torch
+
+    burst, sustained = judged("burst"), judged("sustained")
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels": {}}
+    for name, (definition, axes, role) in KERNELS.items():
+        truth = under_ncu(name, options.calls)
+        ours, busy = burst[name], sustained[name]
+        entry = {"definition": definition, "axes": axes, "role": role, "ncu": truth}
+        entry["burst"] = dict(ours)
+        if ours["graph_us"] and truth.get("us"):
+            entry["burst"]["over_ncu"] = round(ours["graph_us"] / truth["us"], 4)
+        entry["sustained"] = dict(busy)
+        if busy["graph_us"] and ours["graph_us"]:
+            entry["sustained"]["over_burst"] = round(busy["graph_us"] / ours["graph_us"], 4)
+        report["kernels"][name] = entry
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The referee's sampler over a scripted worker whose clock the test sets (a fake device
+timer): methods interleaved round by round, adaptive stopping, the outside check, clocks."""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from inference_kernels.judge import protocol, sampling
+from inference_kernels.judge.clocks import Reading
+from inference_kernels.judge.sampling import Plan, Sampler
+from inference_kernels.judge.workers import CaseEnded
+
+REF = protocol.TensorRef(buffer=0, offset=0, dtype="float32", shape=[1], stride=[1])
+METHODS = ["eager", "prepared", "graph"]
+
+
+class ScriptedWorker:
+    """Answers every message at once; a sample's time is ``times(method, index)`` us per
+    call, and the referee "sees" ``seen`` times that long from outside."""
+
+    names = ["out"]
+
+    def __init__(self, times, seen=1.0):
+        self.times, self.seen, self.log = times, seen, []
+        self.channel = SimpleNamespace(arrived=0.0)
+
+    def ask(self, message, fds, *kinds):
+        self.log.append((message["op"], message.get("method"), message.get("index")))
+        if message["op"] == "method":
+            return protocol.Ready(op="ready", method=message["method"])
+        calls, index = message["calls"], message["index"]
+        us = self.times(message["method"], index)
+        self.channel.arrived = time.perf_counter() + self.seen * us * 1e-6 * calls
+        outputs = [[REF]] * calls if index >= 0 else []
+        return protocol.Sample(
+            op="sample", method=message["method"], index=index, us=us, outputs=outputs, buffers=[]
+        )
+
+    def read(self, refs, shapes):
+        return [torch.zeros(1)]
+
+
+class Sets:
+    count = 64
+    share_integers = False
+
+    def refresh(self, windows, fresh):
+        pass
+
+    def changed(self, windows, fresh):
+        return []
+
+
+def sampler(worker, trials=7):
+    fresh = SimpleNamespace(offsets=lambda: {})
+    made = Sampler(worker, Sets(), fresh, torch.device("cpu"), Plan(1, 4, trials))
+    made.fit = 4  # calls per sample stay 4: 4 x 5 ms is long enough for the outside check
+    return made
+
+
+def timed(worker):
+    return [(method, index) for op, method, index in worker.log if op == "go" and index >= 0]
+
+
+def test_methods_are_sampled_in_rounds_and_steady_ones_stop_when_converged():
+    worker = ScriptedWorker(lambda method, index: 5000.0)
+    entries = sampler(worker).time_methods(METHODS, "prepared")
+    rounds = sampling.MIN_ROUNDS
+    assert timed(worker) == [(m, i) for i in range(rounds) for m in METHODS]
+    for method in METHODS:
+        assert entries[method]["stopped"] == "converged"
+        assert entries[method]["rounds"] == rounds
+        assert entries[method]["median_half_width"] == 0.0
+    assert entries["graph"]["launch"] == "prepared"
+
+
+def test_a_noisy_phase_takes_the_time_the_steady_ones_left_then_stops_at_the_cap():
+    noisy = lambda method, index: 5000.0 * (1.2 if index % 2 and method == "eager" else 1.0)  # noqa: E731
+    worker = ScriptedWorker(noisy)
+    entries = sampler(worker).time_methods(METHODS, None)
+    assert entries["graph"]["stopped"] == entries["prepared"]["stopped"] == "converged"
+    assert entries["graph"]["rounds"] == sampling.MIN_ROUNDS
+    assert entries["eager"]["stopped"] == "time_cap"
+    # the case's time is 7 rounds of all three; two stopped after 6, so eager gets more
+    assert entries["eager"]["rounds"] > 7
+    assert entries["eager"]["median_half_width"] > sampling.TARGET_HALF_WIDTH
+
+
+def test_checked_samples_are_among_the_rounds_every_phase_runs():
+    made = sampler(ScriptedWorker(lambda method, index: 5000.0))
+    made.time_methods(METHODS, None)
+    for method in METHODS:
+        assert len(made.checks[method]) == sampling.CHECKS
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_phase_whose_clock_reports_a_fifth_of_what_was_seen_is_suspect(method):
+    worker = ScriptedWorker(lambda m, index: 5000.0 / (5 if m == method else 1))
+    worker.seen = 1.0
+    made = sampler(worker)
+    original = worker.ask
+
+    def ask(message, fds, *kinds):  # the referee sees 5 ms per call whatever is reported
+        reply = original(message, fds, *kinds)
+        if message["op"] == "go":
+            worker.channel.arrived = time.perf_counter() + 5e-3 * message["calls"]
+        return reply
+
+    worker.ask = ask
+    made.time_methods(METHODS, None)
+    assert [s.split(":")[0] for s in made.suspect] == [method]
+
+
+def test_clocks_read_after_each_sample_are_summarized_with_the_time_in_cycles():
+    made = sampler(ScriptedWorker(lambda method, index: 500.0 if method == "graph" else 5000.0))
+    readings = iter([1470, 1485] * 100)
+    made.clock = lambda: Reading(next(readings), 3201, 690.0, 0x4)
+    entries = made.time_methods(METHODS, None)
+    clocks = entries["graph"]["clocks"]
+    assert len(clocks["sm_mhz"]) == entries["graph"]["rounds"]
+    assert clocks["throttle_reasons"] == ["sw_power_cap"]
+    assert clocks["median_power_w"] == 690.0
+    assert clocks["median_cycles"] == round(entries["graph"]["median_us"] * clocks["median_sm_mhz"])
+
+
+def test_a_graph_that_cannot_be_captured_leaves_the_other_phases_timed():
+    worker = ScriptedWorker(lambda method, index: 5000.0)
+    original = worker.ask
+
+    def ask(message, fds, *kinds):
+        if message["op"] == "method" and message["method"] == "graph":
+            return protocol.Unavailable(op="unavailable", method="graph", error="no capture")
+        return original(message, fds, *kinds)
+
+    worker.ask = ask
+    entries = sampler(worker).time_methods(METHODS, None)
+    assert entries["graph"] == {"error": "no capture"}
+    assert entries["eager"]["rounds"] == entries["prepared"]["rounds"] == sampling.MIN_ROUNDS
+
+
+def test_mutated_inputs_end_the_case_in_the_round_they_are_seen():
+    made = sampler(ScriptedWorker(lambda method, index: 5000.0))
+    made.sets.changed = lambda windows, fresh: ["state"]
+    with pytest.raises(CaseEnded) as ended:
+        made.time_methods(METHODS, None)
+    assert ended.value.status == "input_mutated"
