@@ -2,7 +2,7 @@
 
 For every timed method of every case in a results file: the extra time per sample (outside
 median minus the worker's median times the calls per sample), and what the outside check
-allowed (``judge/sampling.py``: TOLERANCE, ALLOWANCE, PER_OUTPUT). Prints JSON with the
+allowed (``judge/outside.py``: TOLERANCE, ALLOWANCE, PER_OUTPUT). Prints JSON with the
 largest margins and how close each came to the limit, to set the allowances from honest
 runs.
 

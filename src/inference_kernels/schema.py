@@ -280,6 +280,11 @@ class PhaseError(_Row):
     error: str  # why the phase has no time (a graph that cannot be captured)
 
 
+class SetsUsed(_Row):
+    count: int = Field(ge=1)  # input sets the samples rotate through
+    integers_shared: bool  # integer inputs shared by all sets (to fit in memory)
+
+
 class TimingRecord(_Row):
     """The timing part of a case row."""
 
@@ -288,7 +293,7 @@ class TimingRecord(_Row):
     eager: PhaseTiming | None = None
     prepared: PhaseTiming | PhaseError | None = None
     graph: PhaseTiming | PhaseError | None = None
-    sets: dict[str, Any] | None = None  # input sets the samples rotate through
+    sets: SetsUsed | None = None
     error: str | None = None  # rows from before the timing_error status
 
 

@@ -57,3 +57,16 @@ def test_resume_refuses_rows_of_another_solution_or_without_timing(tmp_path):
         judge(dataset, request(validation_only=True))
     before = report.read_text()
     assert before.count('"type": "case"') == 2  # the refused resumes wrote nothing
+
+
+def test_resume_refuses_a_report_timed_in_another_regime(tmp_path):
+    candidate = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    dataset = load_dataset(ROOT / "dataset")
+    judge(dataset, candidates_request(tmp_path, [candidate], regime="burst"))
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["regime"] == "burst"
+    assert [r["timing"]["regime"] for r in rows if r.get("solution") == "honest"] == ["burst"]
+    with pytest.raises(DatasetError) as refused:
+        judge(dataset, candidates_request(tmp_path, [candidate], resume=True))
+    assert refused.value.problem.field == "regime"
+    assert "resume with --regime burst" in refused.value.problem.message

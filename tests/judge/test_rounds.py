@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from inference_kernels.judge import protocol, sampling
+from inference_kernels.judge import protocol, sampling, schedule
 from inference_kernels.judge.clocks import Reading
-from inference_kernels.judge.sampling import Plan, Sampler
+from inference_kernels.judge.sampling import Sampler
+from inference_kernels.judge.schedule import Plan
 from inference_kernels.judge.workers import CaseEnded
 
 REF = protocol.TensorRef(buffer=0, offset=0, dtype="float32", shape=[1], stride=[1])
@@ -67,7 +68,7 @@ def timed(worker):
 def test_methods_are_sampled_in_rounds_and_steady_ones_stop_when_converged():
     worker = ScriptedWorker(lambda method, index: 5000.0)
     entries = sampler(worker).time_methods(METHODS, "prepared")
-    rounds = sampling.MIN_ROUNDS
+    rounds = schedule.MIN_ROUNDS
     assert timed(worker) == [(m, i) for i in range(rounds) for m in METHODS]
     for method in METHODS:
         assert entries[method]["stopped"] == "converged"
@@ -81,11 +82,11 @@ def test_a_noisy_phase_takes_the_time_the_steady_ones_left_then_stops_at_the_cap
     worker = ScriptedWorker(noisy)
     entries = sampler(worker).time_methods(METHODS, None)
     assert entries["graph"]["stopped"] == entries["prepared"]["stopped"] == "converged"
-    assert entries["graph"]["rounds"] == sampling.MIN_ROUNDS
+    assert entries["graph"]["rounds"] == schedule.MIN_ROUNDS
     assert entries["eager"]["stopped"] == "time_cap"
     # the case's time is 7 rounds of all three; two stopped after 6, so eager gets more
     assert entries["eager"]["rounds"] > 7
-    assert entries["eager"]["median_half_width"] > sampling.TARGET_HALF_WIDTH
+    assert entries["eager"]["median_half_width"] > schedule.TARGET_HALF_WIDTH
 
 
 def test_checked_samples_are_among_the_rounds_every_phase_runs():
@@ -137,7 +138,7 @@ def test_a_graph_that_cannot_be_captured_leaves_the_other_phases_timed():
     worker.ask = ask
     entries = sampler(worker).time_methods(METHODS, None)
     assert entries["graph"] == {"error": "no capture"}
-    assert entries["eager"]["rounds"] == entries["prepared"]["rounds"] == sampling.MIN_ROUNDS
+    assert entries["eager"]["rounds"] == entries["prepared"]["rounds"] == schedule.MIN_ROUNDS
 
 
 def test_mutated_inputs_end_the_case_in_the_round_they_are_seen():

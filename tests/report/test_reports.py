@@ -240,3 +240,18 @@ def test_times_of_different_regimes_are_not_compared_and_pick_no_preferred():
     assert "different regimes" in picked["undecided"][0]["reason"]
     same = [in_regime(row, "burst") for row in base] + fast
     assert comparison(same, None, {"d": "base"})[0]["verdict"] == "faster"
+
+
+def test_a_difference_within_the_run_to_run_floor_is_not_significant():
+    def verdict_of(new, cpu):
+        rows = [case("base", u, eager=10.0, cpu=cpu) for u in ("w1", "w2")]
+        rows += [case("fast", u, eager=new, cpu=cpu) for u in ("w1", "w2")]
+        (entry,) = comparison(rows, None, {"d": "base"})
+        return entry["verdict"], entry["interval"]
+
+    verdict, interval = verdict_of(10.0 / 1.015, cpu=False)  # 1.5% faster, a tight interval
+    assert interval[0] > 1.0 and verdict == "no significant difference"  # under the GPU's 2%
+    assert verdict_of(10.0 / 1.5, cpu=False)[0] == "faster"
+    assert verdict_of(10.0 * 1.5, cpu=False)[0] == "slower"
+    assert verdict_of(10.0 / 1.5, cpu=True)[0] == "no significant difference"  # CPU: 2x
+    assert verdict_of(10.0 / 3.0, cpu=True)[0] == "faster"

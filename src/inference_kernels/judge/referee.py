@@ -29,7 +29,8 @@ from . import clocks, protocol, timing
 from .fresh import Fresh
 from .logs import redirect_output
 from .reference_cache import ReferenceCache, reference_key
-from .sampling import Plan, Sampler, plan
+from .sampling import Sampler
+from .schedule import Plan, plan
 from .sets import InputSets, set_bytes
 from .workers import CaseEnded, WorkerHandle, start_or_fail
 

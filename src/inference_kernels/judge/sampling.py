@@ -1,21 +1,19 @@
-"""Timing one method of one case, driven by the referee from outside the sandbox.
+"""Timing the methods of one case, driven by the referee from outside the sandbox.
 
 For each sample the referee writes fresh values (``fresh.py``) into the input sets the
 sample will use, tells the worker to go, and waits for its report. It then:
 
-- times the sample from outside: from the ``go`` it sent to the moment the report began
-  to arrive. The worker's own time must explain that: when most samples took more than
-  ``(1 + TOLERANCE)`` times what the worker reports, plus ALLOWANCE (the message round
-  trip) and PER_OUTPUT per output (its bookkeeping), the case is ``timing_suspect``; the
-  row carries both times and the per-call time the check cannot resolve
-  (``resolution_us``);
-- on CUDA, checks that the GPU is idle (``probe``): work still running when the worker
-  reported the sample done is work its clock did not see;
+- times the sample from outside and holds the worker's own time to it (``outside.py``);
+- reads the GPU's clocks (``clocks.py``), and on CUDA checks that the GPU is idle
+  (``probe``): work still running when the worker reported the sample done is work its
+  clock did not see;
 - after CHECKS of the method's samples, chosen in secret, picks one of the sample's calls
   at random, after the fact, and copies out its outputs with the window its inputs came
   from; the referee computes that window's reference and compares (``checks``). Every
   call must be right, in every sample, since any could be the one checked;
 - compares every input set the sample used with what it wrote (``input_mutated``).
+
+The schedule (calls per sample, rounds, when a phase stops) is ``schedule.py``'s.
 """
 
 from __future__ import annotations
@@ -31,130 +29,29 @@ from typing import Any
 import torch
 
 from .. import statuses
-from ..stats import median_interval
-from . import protocol, timing
-from .clocks import Log, Reader
+from . import outside, protocol, timing
+from .clocks import Reader
 from .fresh import Fresh
+from .outside import ALLOWANCE, TOLERANCE
+from .schedule import (
+    MAX_CALLS,
+    MAX_ROUNDS,
+    MIN_ROUNDS,
+    SAMPLE_MIN_SECONDS,
+    TARGET_HALF_WIDTH,
+    Phase,
+    Plan,
+    summary,
+)
 from .sets import InputSets
 from .workers import CaseEnded, WorkerHandle
 
-# Slow calls get a short schedule: about this long per sample, and this long per method.
-SAMPLE_SECONDS = 0.1
-CASE_SECONDS = 3.0
-MAX_CALLS = 4000  # calls per sample
-# Adaptive repetition: every phase gets at least MIN_ROUNDS samples (six are the fewest
-# whose order statistics bound the median at 95%, stats.py), then stops when that interval
-# is within TARGET_HALF_WIDTH of the median, or when the case has spent the time of the
-# schedule's trials; what one phase leaves, the noisier ones may use.
-MIN_ROUNDS = 6
-TARGET_HALF_WIDTH = 0.01
-MAX_ROUNDS = 100
 # Samples of each method whose outputs are checked, one call each. One was too few: a
 # solution that remembered answers by input address was right on the calls of its first
 # sample (all new addresses) and stale on the others; the one checked call fell in that
 # first sample a third of the time (attack ``cache_by_pointer``).
 CHECKS = 2
-# The outside check, set from honest baselines (docs/measurements/h200-sandbox.md; on the
-# CPU, where timings are indicative only and a busy machine shakes them, only a worker that
-# reports less than half of what the referee saw is suspect): the
-# worker's time may fall short of the referee's by TOLERANCE plus ALLOWANCE per sample
-# (the round trip of two messages and two device synchronizations) plus, for eager and
-# prepared samples, PER_OUTPUT per output tensor (its bookkeeping; a graph's outputs are
-# the same every sample and cost nothing), plus on the CPU the copy of the outputs.
-TOLERANCE = {"cuda": 0.15, "cpu": 1.0}
-ALLOWANCE = {"cuda": 0.002, "cpu": 0.008}
-# PER_OUTPUT on CUDA was 6 µs until the dev suite on the H200 (f2a082d) showed honest eager
-# baselines spending 14 µs per output beyond their timed calls (small SDPA, 500+ calls a
-# sample); it was raised to 16 µs. With the cheaper export (segments looked up once, no
-# collection during a sample) the same suite at 821de04 spent at most 10.3 µs per output
-# (median 5.1) beyond ALLOWANCE; 12 µs keeps that under 88% of the allowed excess.
-PER_OUTPUT = {"cuda": 12e-6, "cpu": 20e-6}
-COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
-# A sample lasts at least this long when the calls are fast, so that the fixed allowance
-# is a small part of it.
-SAMPLE_MIN_SECONDS = {"cuda": 2 * ALLOWANCE["cuda"] / TOLERANCE["cuda"], "cpu": 0.064}
-# A sample is suspect when the host, waiting for the whole device, saw this much more
-# than the events (work on a stream the events do not cover).
-HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
-
-
-@dataclass
-class Phase:
-    """One method's samples while the rounds run."""
-
-    method: str
-    iters: int  # calls per sample
-    launch: str | None = None  # a graph's: "prepared" when it replays prepared launches
-    resampled: bool = False
-    samples: list[float] = field(default_factory=list)  # the worker's times, us per call
-    host: list[float] = field(default_factory=list)
-    outside: list[float] = field(default_factory=list)  # the referee's, seconds per sample
-    clocks: Log = field(default_factory=Log)
-    checked: set[int] = field(default_factory=set)
-    stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
-
-    def half_width(self) -> float:
-        """The larger side of the median's 95% interval, relative to the median."""
-        low, high, _ = median_interval(self.samples)
-        middle = statistics.median(self.samples)
-        return max(middle - low, high - middle) / middle if middle > 0 else math.inf
-
-
-@dataclass
-class Plan:
-    warmup: int
-    iters: int
-    trials: int
-
-
-def plan(
-    task: dict[str, int],
-    per_call: float,
-    device: torch.device,
-    sets: int,
-    cold_l2: bool,
-    regime: str = "sustained",
-) -> Plan:
-    """The schedule of every method of a case, from the task's and the time of one call
-    (the worker's own report of its warmup: a false one only shortens or lengthens its
-    samples, and the outside check bounds what that can hide). In the burst regime a
-    sample is as short as the outside check allows."""
-    per_call = max(per_call, 1e-7)
-    kind = device.type if device.type == "cuda" else "cpu"
-    warmup = max(1, min(task["warmup"], int(SAMPLE_SECONDS / per_call)))
-    shortest = math.ceil(SAMPLE_MIN_SECONDS[kind] / per_call)
-    if cold_l2:
-        iters = 1
-    elif regime == "burst":
-        iters = shortest
-    elif per_call * task["iters"] > SAMPLE_SECONDS:
-        iters = max(1, int(SAMPLE_SECONDS / per_call))
-    else:
-        iters = max(task["iters"], shortest)
-    iters = max(1, min(iters, sets, MAX_CALLS))
-    trials = max(3, min(task["trials"], int(CASE_SECONDS / (per_call * iters))))
-    if kind == "cpu":  # CPU timings are indicative only: keep CPU runs short
-        warmup, trials = 1, 1 if per_call > 1.0 else min(trials, 3)
-    return Plan(warmup, iters, trials)
-
-
-def _summary(method: str, name: str, samples: list[float], iters: int, host: list[float]) -> dict:
-    low, high, coverage = median_interval(samples)
-    result = {
-        "method": name,
-        "median_us": statistics.median(samples),
-        "median_interval_us": [round(low, 4), round(high, 4)],  # order statistics (stats.py)
-        "median_interval_coverage": round(coverage, 4),
-        "min_us": min(samples),
-        "max_us": max(samples),
-        "stdev_us": statistics.stdev(samples) if len(samples) > 1 else 0.0,
-        "calls_per_sample": iters,
-        "samples_us": [round(s, 4) for s in samples],
-    }
-    if host:
-        result["host_median_us"] = statistics.median(host)
-    return result
 
 
 @dataclass
@@ -333,13 +230,18 @@ class Sampler:
             phase.checked = set(self._random.sample(range(least), min(CHECKS, least)))
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
-        active, spent, budget, rounds = list(phases), 0.0, None, 0
+        # The case's time: the schedule's trials times a round of every phase (the mean of
+        # the rounds every phase ran, so that a slow first round does not stretch it).
+        active, spent, full, rounds = list(phases), 0.0, 0.0, 0
         while active:
+            whole = len(active) == len(phases)
             for phase in active:
-                spent += self._sample(phase, rounds)
+                seconds = self._sample(phase, rounds)
+                spent += seconds
+                full += seconds if whole else 0.0
             rounds += 1
-            if budget is None:
-                budget = spent * self.plan.trials
+            if whole:
+                budget = full / rounds * self.plan.trials
             for phase in list(active):
                 if rounds >= MAX_ROUNDS:
                     phase.stopped = "max_rounds"
@@ -347,7 +249,7 @@ class Sampler:
                     continue
                 elif phase.half_width() <= TARGET_HALF_WIDTH:
                     phase.stopped = "converged"
-                elif spent >= budget:
+                elif spent >= budget * (1 - 1e-9):
                     phase.stopped = "time_cap"
                 else:
                     continue
@@ -397,7 +299,7 @@ class Sampler:
         if self.cold_l2 and self.kind == "cuda":
             name += ", cold L2"
         host = phase.host if method != "graph" else []
-        result = _summary(method, name, phase.samples, iters, host)
+        result = summary(method, name, phase.samples, iters, host)
         result["rounds"] = len(phase.samples)
         result["stopped"] = phase.stopped
         result["median_half_width"] = round(phase.half_width(), 5)
@@ -405,49 +307,25 @@ class Sampler:
             result["resampled"] = True
         if method == "graph":
             result["launch"] = phase.launch or "run"
-        result["outside"] = self._outside(method, phase.samples, phase.outside, iters)
+        result["outside"] = self._outside(method, phase)
         clocks = phase.clocks.summary(result["median_us"])
         if clocks is not None:
             result["clocks"] = clocks
-        self._host(method, result, iters)
+        if suspect := outside.host_check(
+            method, result["median_us"], result.get("host_median_us"), iters
+        ):
+            self.suspect.append(suspect)
         self.refs.pop(method, None)
         return result
 
-    def _outside(self, method: str, samples: list[float], outside: list[float], iters: int):
-        """Compare the worker's times with the referee's, sample by sample; the method is
-        suspect when most samples took longer outside than the worker's time explains (a
-        worker cannot fake the median without faking most samples, and a single hiccup of
-        the machine does not make an honest one suspect). Returns what was seen."""
-        per_call = self.output_bytes * COPY_SECONDS_PER_BYTE[self.kind]
-        if method != "graph":
-            per_call += PER_OUTPUT[self.kind] * len(self.worker.names)
-        allowance = ALLOWANCE[self.kind] + per_call * iters
-        tolerance = TOLERANCE[self.kind]
-        excess = [
-            seen - (1 + tolerance) * us * 1e-6 * iters - allowance
-            for seen, us in zip(outside, samples, strict=True)
-        ]
-        seen = statistics.median(outside)
-        if statistics.median(excess) > 0:
-            self.suspect.append(
-                f"{method}: the worker reported {statistics.median(samples):.1f} us per call, "
-                f"the judge saw {seen / iters * 1e6:.1f} us per call from outside"
-            )
-        return {
-            "median_us": seen / iters * 1e6,
-            "samples_us": [round(s / iters * 1e6, 4) for s in outside],
-            "resolution_us": allowance / iters * 1e6,
-            "tolerance": tolerance,
-        }
-
-    def _host(self, method: str, result: dict, iters: int) -> None:
-        """The worker's own host clock against its events: work on another stream."""
-        host = result.get("host_median_us")
-        if (
-            host is not None
-            and host * iters > HOST_RATIO * result["median_us"] * iters + HOST_SLACK_US
-        ):
-            self.suspect.append(
-                f"{method}: the host waited far longer than the timed stream "
-                "(work outside the timer)"
-            )
+    def _outside(self, method: str, phase: Phase) -> dict[str, Any]:
+        """The referee's times of the phase against the worker's (``outside.py``)."""
+        per_call = outside.allowed_per_call(
+            method, self.kind, len(self.worker.names), self.output_bytes
+        )
+        entry, suspect = outside.check(
+            method, phase.samples, phase.outside, phase.iters, self.kind, per_call
+        )
+        if suspect:
+            self.suspect.append(suspect)
+        return entry

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-from ..stats import REGIMES_DIFFER, paired_speedup, verdict
+from ..stats import REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
 from .rows import case_rows, case_samples, case_time, geomean, indicative, regime
 
 
@@ -37,7 +37,8 @@ def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str,
     bounds = paired_speedup([(theirs[u].samples, mine[u].samples) for u in shared])
     methods = {t.method for u in shared for t in (mine[u], theirs[u])}
     regimes = {t.regime for u in shared for t in (mine[u], theirs[u])}
-    judged = verdict(bounds[1], bounds[2]) if bounds else None
+    floor = RUN_TO_RUN["cpu" if any(indicative(m) for m in methods) else "cuda"]
+    judged = verdict(bounds[1], bounds[2], floor) if bounds else None
     return {
         "pairs": len(ratios),
         "speedup": geomean(ratios),

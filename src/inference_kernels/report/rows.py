@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from ..errors import DatasetError
 from ..schema import CaseRow, EnvironmentRow
 from ..signing import key, row_verifies
+from ..statuses import PASSED
 
 _MODELS = {"case": CaseRow, "environment": EnvironmentRow}
 
@@ -63,7 +64,7 @@ def case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _phase(row: dict[str, Any]) -> dict[str, Any] | None:
     """The timing entry that stands for a passed case (TIME_PREFERENCE), or None."""
-    if row.get("status") != "passed":
+    if row.get("status") != PASSED:
         return None
     for method in TIME_PREFERENCE:
         timing = row.get("timing", {}).get(method, {})

@@ -6,6 +6,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows
 from .tables import (
@@ -25,7 +26,7 @@ def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, 
     inputs = Counter(row.get("inputs", "unknown") for row in cases)
     return {
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "status": "passed" if cases and statuses.keys() == {"passed"} else "failed",
+        "status": PASSED if cases and statuses.keys() == {PASSED} else "failed",
         "cases": len(cases),
         "statuses": dict(statuses),
         "inputs": dict(inputs),

@@ -1,0 +1,91 @@
+"""The outside check: the worker's own times against the referee's, who times every
+sample from outside the sandbox (from the ``go`` it sent to the moment the report began to
+arrive). A worker's clock runs in the solution's process; this bounds how much faster it
+can report than what was seen.
+
+When most samples took more than ``(1 + TOLERANCE)`` times what the worker reports, plus
+ALLOWANCE (the message round trip) and PER_OUTPUT per output (its bookkeeping), the case
+is ``timing_suspect``; the row carries both times and the per-call time the check cannot
+resolve (``resolution_us``). ``scripts/outside_margins.py`` shows how close honest runs
+come to the limit.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+# The outside check, set from honest baselines (docs/measurements/h200-sandbox.md; on the
+# CPU, where timings are indicative only and a busy machine shakes them, only a worker that
+# reports less than half of what the referee saw is suspect): the
+# worker's time may fall short of the referee's by TOLERANCE plus ALLOWANCE per sample
+# (the round trip of two messages and two device synchronizations) plus, for eager and
+# prepared samples, PER_OUTPUT per output tensor (its bookkeeping; a graph's outputs are
+# the same every sample and cost nothing), plus on the CPU the copy of the outputs.
+TOLERANCE = {"cuda": 0.15, "cpu": 1.0}
+ALLOWANCE = {"cuda": 0.002, "cpu": 0.008}
+# PER_OUTPUT on CUDA was 6 µs until the dev suite on the H200 (f2a082d) showed honest eager
+# baselines spending 14 µs per output beyond their timed calls (small SDPA, 500+ calls a
+# sample); it was raised to 16 µs. With the cheaper export (segments looked up once, no
+# collection during a sample) the same suite at 821de04 spent at most 10.3 µs per output
+# (median 5.1) beyond ALLOWANCE; 12 µs keeps that under 88% of the allowed excess.
+PER_OUTPUT = {"cuda": 12e-6, "cpu": 20e-6}
+COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
+# A sample is suspect when the host, waiting for the whole device, saw this much more
+# than the events (work on a stream the events do not cover).
+HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
+
+
+def check(
+    method: str,
+    samples: list[float],
+    seen: list[float],
+    iters: int,
+    kind: str,
+    per_call: float,
+) -> tuple[dict[str, Any], str | None]:
+    """Compare the worker's times (us per call) with the referee's (seconds per sample),
+    sample by sample: (what was seen, for the row; the reason the method is suspect, or
+    None). Suspect when most samples took longer outside than the worker's time explains
+    (a worker cannot fake the median without faking most samples, and a single hiccup of
+    the machine does not make an honest one suspect). ``per_call``: seconds of bookkeeping
+    allowed per call beyond ALLOWANCE (``allowed_per_call``)."""
+    allowance = ALLOWANCE[kind] + per_call * iters
+    tolerance = TOLERANCE[kind]
+    excess = [
+        outside - (1 + tolerance) * us * 1e-6 * iters - allowance
+        for outside, us in zip(seen, samples, strict=True)
+    ]
+    median = statistics.median(seen)
+    suspect = None
+    if statistics.median(excess) > 0:
+        suspect = (
+            f"{method}: the worker reported {statistics.median(samples):.1f} us per call, "
+            f"the judge saw {median / iters * 1e6:.1f} us per call from outside"
+        )
+    entry = {
+        "median_us": median / iters * 1e6,
+        "samples_us": [round(s / iters * 1e6, 4) for s in seen],
+        "resolution_us": allowance / iters * 1e6,
+        "tolerance": tolerance,
+    }
+    return entry, suspect
+
+
+def allowed_per_call(method: str, kind: str, outputs: int, output_bytes: int) -> float:
+    """Seconds per call the worker may spend outside its clock: the copy of its outputs
+    (CPU) and, for eager and prepared calls, their bookkeeping (a graph's outputs are the
+    same every sample and cost nothing)."""
+    per_call = output_bytes * COPY_SECONDS_PER_BYTE[kind]
+    if method != "graph":
+        per_call += PER_OUTPUT[kind] * outputs
+    return per_call
+
+
+def host_check(method: str, median_us: float, host_us: float | None, iters: int) -> str | None:
+    """The worker's own host clock against its events: work on another stream."""
+    if host_us is not None and host_us * iters > HOST_RATIO * median_us * iters + HOST_SLACK_US:
+        return (
+            f"{method}: the host waited far longer than the timed stream (work outside the timer)"
+        )
+    return None
