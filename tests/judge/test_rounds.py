@@ -40,7 +40,7 @@ class ScriptedWorker:
         )
 
     def read(self, refs, shapes):
-        return [torch.zeros(1)]
+        return [torch.tensor([float(self.log[-1][2])])]  # the sample it came from
 
 
 class Sets:
@@ -147,3 +147,25 @@ def test_mutated_inputs_end_the_case_in_the_round_they_are_seen():
     with pytest.raises(CaseEnded) as ended:
         made.time_methods(METHODS, None)
     assert ended.value.status == "input_mutated"
+
+
+def test_samples_that_adaptive_repetition_adds_can_be_the_checked_ones():
+    """The attack: honest (and slow, and noisy, so the phase goes on) in the first rounds,
+    stale and fast after them, while a quiet graph phase converges and leaves the time to
+    eager. Checks picked among the first rounds would never see a stale answer; picked
+    among all rounds, at least one lands on a stale sample in most cases."""
+
+    def times(method, index):
+        if method == "graph":
+            return 5000.0
+        return 5000.0 * (1.2 if index % 2 else 1.0) if index < schedule.MIN_ROUNDS else 50.0
+
+    runs, late = 200, 0
+    for _ in range(runs):
+        made = sampler(ScriptedWorker(times))
+        entries = made.time_methods(["eager", "graph"], None)
+        assert entries["eager"]["rounds"] > 2 * schedule.MIN_ROUNDS  # the stale rounds won
+        checked = [int(outputs[0]) for _, outputs in made.checks["eager"]]
+        assert len(checked) == sampling.CHECKS
+        late += any(index >= schedule.MIN_ROUNDS for index in checked)
+    assert late / runs > 0.85  # about 0.93 with 2 checks among 22 rounds

@@ -7,10 +7,11 @@ sample will use, tells the worker to go, and waits for its report. It then:
 - reads the GPU's clocks (``clocks.py``), and on CUDA checks that the GPU is idle
   (``probe``): work still running when the worker reported the sample done is work its
   clock did not see;
-- after CHECKS of the method's samples, chosen in secret, picks one of the sample's calls
-  at random, after the fact, and copies out its outputs with the window its inputs came
-  from; the referee computes that window's reference and compares (``checks``). Every
-  call must be right, in every sample, since any could be the one checked;
+- keeps CHECKS of the method's samples, a uniform secret choice among all of them (how
+  many there will be is not known in advance: reservoir sampling), one call picked at
+  random in each, its outputs copied out with the window its inputs came from; the
+  referee computes that window's reference and compares (``checks``). Every call must be
+  right, in every sample, the later rounds included, since any could be the one checked;
 - compares every input set the sample used with what it wrote (``input_mutated``).
 
 The schedule (calls per sample, rounds, when a phase stops) is ``schedule.py``'s.
@@ -49,7 +50,9 @@ from .workers import CaseEnded, WorkerHandle
 # Samples of each method whose outputs are checked, one call each. One was too few: a
 # solution that remembered answers by input address was right on the calls of its first
 # sample (all new addresses) and stale on the others; the one checked call fell in that
-# first sample a third of the time (attack ``cache_by_pointer``).
+# first sample a third of the time (attack ``cache_by_pointer``). They are chosen among all
+# of a phase's samples: chosen among the first rounds only, a solution honest there and
+# stale in the rounds that adaptive repetition adds would never be checked.
 CHECKS = 2
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
 
@@ -222,12 +225,9 @@ class Sampler:
         return errors
 
     def _rounds(self, phases: list[Phase]) -> None:
-        """Samples in rounds until every phase has stopped (see ``time_methods``). The
-        samples checked after the fact are picked in secret among the first rounds, which
-        every phase runs."""
+        """Samples in rounds until every phase has stopped (see ``time_methods``)."""
         least = min(MIN_ROUNDS, self.plan.trials)
         for phase in phases:
-            phase.checked = set(self._random.sample(range(least), min(CHECKS, least)))
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
         # The case's time: the schedule's trials times a round of every phase (the mean of
@@ -263,11 +263,7 @@ class Sampler:
         if self.clock is not None:
             phase.clocks.readings.append(self.clock())
         self._probe(method, index)
-        if index in phase.checked:
-            # copied now, before the worker may run again: what it returned, not later
-            call = self._random.randrange(phase.iters)
-            kept = self.worker.read(outputs[call], self.shapes)
-            self.checks[method].append((windows[call], kept))
+        self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
         changed = self.sets.changed(windows, self.fresh)
         if changed:
             raise CaseEnded(
@@ -279,6 +275,21 @@ class Sampler:
         if reply.host_us is not None:
             phase.host.append(reply.host_us)
         return seconds
+
+    def _keep_for_checking(self, method: str, count: int, windows, outputs) -> None:
+        """Reservoir sampling: after ``count`` samples, each of them is among the kept
+        CHECKS with the same probability. The kept call's outputs are copied now, before
+        the worker may run again: what it returned, not later."""
+        kept = self.checks[method]
+        if len(kept) < CHECKS:
+            slot = len(kept)
+            kept.append(None)
+        elif self._random.randrange(count) < CHECKS:
+            slot = self._random.randrange(CHECKS)
+        else:
+            return
+        call = self._random.randrange(len(windows))
+        kept[slot] = (windows[call], self.worker.read(outputs[call], self.shapes))
 
     def _longer(self, samples: list[float], iters: int) -> int | None:
         """Calls per sample to time again with, when the samples the worker reports are too

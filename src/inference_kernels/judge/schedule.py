@@ -45,7 +45,6 @@ class Phase:
     host: list[float] = field(default_factory=list)
     outside: list[float] = field(default_factory=list)  # the referee's, seconds per sample
     clocks: Log = field(default_factory=Log)
-    checked: set[int] = field(default_factory=set)
     stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
 
     def half_width(self) -> float:
