@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, the replay of the
 # captured (MiniLM) workloads on CUDA, then the baseline solutions judged on the smallest
-# and the dev workloads. STEPS picks steps (exploits,fidelity,replay,first,dev);
+# and the dev workloads. STEPS picks steps (exploits,fidelity,ncu,run_to_run,replay,first,
+# dev; ncu and run_to_run are issue 11's agreement with Nsight Compute and run-to-run spread);
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
 # Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/, and
@@ -25,6 +26,12 @@ if [[ $STEPS == *exploits* ]]; then
 fi
 if [[ $STEPS == *fidelity* ]]; then
   timeout 300 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
+fi
+if [[ $STEPS == *ncu* ]]; then
+  timeout 400 python3 benchmarks/ncu_agreement.py > "$OUT/ncu_agreement.json" 2> "$OUT/ncu_agreement.log"
+fi
+if [[ $STEPS == *run_to_run* ]]; then
+  timeout 500 python3 benchmarks/run_to_run.py > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
 fi
 if [[ $STEPS == *replay* ]]; then
   timeout 300 python3 -m inference_kernels.cli replay --device cuda \

@@ -12,12 +12,16 @@ Order of checks, each with its own status:
     absolute_or_relative:  |a - r| <= atol  or  |a - r| / (|r| + 1e-8) <= rtol
   the matched fraction (counted in integers) must reach required_matched_ratio
   (all elements when the task sets none)    -> mismatch
-Errors are computed in float32 on the tensors' device, as the seed's policy does.
+Errors are computed in float32 on the tensors' device, as the seed's policy does. A
+mismatch of floating outputs explains itself: matched ratio against the required one, the
+largest errors against the tolerance, and the element furthest beyond its bound, with its
+index, expected and actual values (in the row and in its one-line message).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 
 import torch
@@ -36,13 +40,18 @@ class OutputVerdict:
     matched_ratio: float = 1.0
     max_absolute_error: float | None = None
     max_relative_error: float | None = None
+    # for a mismatch of floating outputs: where the error is largest beyond its bound
+    worst_index: list[int] | None = None
+    expected_value: float | None = None
+    actual_value: float | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        details = ("worst_index", "expected_value", "actual_value")
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in details}
 
 
 def _ratio_reaches(matched: int, total: int, required: float | None) -> bool:
@@ -104,11 +113,47 @@ def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> Out
     passed = _ratio_reaches(matched, total, tolerance.required_matched_ratio)
     verdict = OutputVerdict(
         PASSED if passed else statuses.MISMATCH,
-        "" if passed else f"matched {matched}/{total} elements",
+        "",
         total,
         total - matched,
         matched / total if total else 1.0,
         float(error.max()) if total else 0.0,
         float(relative.max()) if total else 0.0,
     )
-    return verdict
+    if passed:
+        return verdict
+    # the element furthest beyond its bound
+    if tolerance.comparison == "absolute_or_relative":
+        bound = torch.clamp(tolerance.rtol * (reference.abs() + 1e-8), min=tolerance.atol)
+    else:
+        bound = tolerance.atol + tolerance.rtol * reference.abs()
+    excess = torch.where(close, -math.inf, error - bound)
+    flat = int(excess.reshape(-1).argmax())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(flat), expected.shape)]
+    verdict = replace(
+        verdict,
+        worst_index=index,
+        expected_value=float(reference.reshape(-1)[flat]),
+        actual_value=float(value.reshape(-1)[flat]),
+    )
+    return replace(verdict, message=explain(verdict, tolerance))
+
+
+def explain(verdict: OutputVerdict, tolerance: Tolerance) -> str:
+    """A mismatch in one line: how much matched against what is required, the largest
+    errors against the tolerance, and the worst element."""
+    required = tolerance.required_matched_ratio or 1.0
+    rule = "or" if tolerance.comparison == "absolute_or_relative" else "+"
+    text = (
+        f"matched {verdict.elements - verdict.mismatched_elements}/{verdict.elements} "
+        f"elements ({verdict.matched_ratio:.2%}, required {required:.2%}); "
+        f"max abs error {verdict.max_absolute_error:.3g}, max rel error "
+        f"{verdict.max_relative_error:.3g} (atol {tolerance.atol:g} {rule} rtol "
+        f"{tolerance.rtol:g})"
+    )
+    if verdict.worst_index is not None:
+        text += (
+            f"; worst at {verdict.worst_index}: expected {verdict.expected_value:.6g}, "
+            f"got {verdict.actual_value:.6g}"
+        )
+    return text

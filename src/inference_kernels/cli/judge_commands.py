@@ -114,6 +114,7 @@ def run(
     import torch
 
     from ..judge.session import NoSandbox, Request, judge
+    from ..report.failures import cause, grouped
     from ..report.tables import solution_table
 
     if device not in ("cpu", "cuda", "auto"):
@@ -151,9 +152,15 @@ def run(
     with _progress(transient=True) as progress:
         bar = progress.add_task("judging", total=None)
 
+        seen: dict[tuple, int] = {}  # failure cause -> workloads it happened on
+
         def on_row(row) -> None:
             progress.advance(bar)
-            if row.status != "passed" and not as_json:
+            if row.status == "passed" or as_json:
+                return
+            key = cause(row.solution, row.status, row.error)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] == 1:  # one message per cause; the count comes at the end
                 # Names and errors are text a solution controls: never read as markup.
                 where = escape(f"{row.definition} {row.solution} {row.uuid}: {row.error or ''}")
                 errors.print(f"[red]{escape(row.status)}[/red] {where}", highlight=False)
@@ -172,16 +179,22 @@ def run(
     baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
     table = solution_table(rows, baselines)
     failed = sum(sum(entry["failed"].values()) for entry in table)
+    failures = grouped(rows)
     if as_json:
-        print(
-            json.dumps(
-                {"report": str(report) if report else None, "failed": failed, "solutions": table},
-                indent=2,
+        head = {"report": str(report) if report else None, "failed": failed}
+        print(json.dumps({**head, "failures": failures, "solutions": table}, indent=2))
+        if failed:
+            raise typer.Exit(1)
+        return
+    for failure in failures:
+        if len(failure["workloads"]) > 1:
+            more = escape(f"{failure['solution']}: {failure['status']}")
+            errors.print(
+                f"{more} on {len(failure['workloads']) - 1} more workload(s), same cause",
+                highlight=False,
             )
-        )
-    else:
-        _run_table(table)
-        console.print(f"results: {report}" if report else "", highlight=False)
+    _run_table(table)
+    console.print(f"results: {report}" if report else "", highlight=False)
     if failed:
         raise typer.Exit(1)
 
