@@ -6,7 +6,7 @@ import torch
 from inference_kernels.judge import timing
 from inference_kernels.judge.fresh import Fresh
 from inference_kernels.judge.guards import aliased_inputs
-from inference_kernels.judge.sampling import MAX_CALLS, SAMPLE_MIN_SECONDS, plan
+from inference_kernels.judge.schedule import MAX_CALLS, SAMPLE_MIN_SECONDS, plan
 from inference_kernels.judge.sets import InputSets
 from inference_kernels.judge.shared import SharedBuffer
 
