@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from inference_kernels import schema
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge.session import Request, judge
 
@@ -62,3 +63,11 @@ def test_stand_in_graph_times_are_labelled_and_interleaved_with_eager(rows):
 def test_the_suspect_graph_is_named(rows):
     assert rows["patch_replay"]["error"].startswith("graph:"), rows["patch_replay"]["error"]
     assert "graph check" in rows["escape_graph"]["error"]
+
+
+def test_the_judge_writes_only_declared_timing_fields(rows):
+    timing = rows["honest_main"]["timing"]
+    assert set(timing) <= set(schema.TimingRecord.model_fields)
+    for method in ("eager", "graph"):
+        assert set(timing[method]) <= set(schema.PhaseTiming.model_fields)
+        assert set(timing[method]["outside"]) <= set(schema.OutsideTime.model_fields)

@@ -89,11 +89,23 @@ def test_a_noisy_phase_takes_the_time_the_steady_ones_left_then_stops_at_the_cap
     assert entries["eager"]["median_half_width"] > schedule.TARGET_HALF_WIDTH
 
 
-def test_checked_samples_are_among_the_rounds_every_phase_runs():
-    made = sampler(ScriptedWorker(lambda method, index: 5000.0))
+def test_every_sample_is_read_alike_whether_it_is_kept_for_checking_or_not():
+    """Were only the kept samples read, a worker timing the referee's reply would know
+    which they are, and could stop being stale only there."""
+    worker = ScriptedWorker(lambda method, index: 5000.0)
+    reads = []
+    worker.read = lambda refs, shapes: reads.append(worker.log[-1][1:]) or [torch.zeros(1)]
+    made = sampler(worker)
     made.time_methods(METHODS, None)
+    assert reads == timed(worker)  # one read after every timed sample, in order
     for method in METHODS:
         assert len(made.checks[method]) == sampling.CHECKS
+
+
+def test_a_phase_cannot_be_stretched_beyond_its_share_of_rounds():
+    fast_after_six = lambda method, index: 5000.0 if index < 6 or method == "graph" else 1.0  # noqa: E731
+    entries = sampler(ScriptedWorker(fast_after_six)).time_methods(["eager", "graph"], None)
+    assert entries["eager"]["rounds"] <= schedule.ROUNDS_PER_TRIAL * 7
 
 
 @pytest.mark.parametrize("method", METHODS)

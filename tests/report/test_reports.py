@@ -255,3 +255,10 @@ def test_a_difference_within_the_run_to_run_floor_is_not_significant():
     assert verdict_of(10.0 * 1.5, cpu=False)[0] == "slower"
     assert verdict_of(10.0 / 1.5, cpu=True)[0] == "no significant difference"  # CPU: 2x
     assert verdict_of(10.0 / 3.0, cpu=True)[0] == "faster"
+
+
+def test_times_of_the_cpu_stand_in_graph_are_indicative():
+    from inference_kernels.report.rows import indicative
+
+    assert indicative("cpu-graph-stand-in") and indicative("cpu-wall-clock")
+    assert not indicative("cuda-graph") and not indicative("cuda-events, cold L2")

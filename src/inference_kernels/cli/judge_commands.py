@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from .. import schema
 from ..errors import DatasetError
 from ..report.tables import (
     INDICATIVE_NOTE,
@@ -119,8 +120,8 @@ def run(
 
     if device not in ("cpu", "cuda", "auto"):
         _fail(f"--device {device!r} is not cpu, cuda or auto")
-    if regime not in ("sustained", "burst"):
-        _fail(f"--regime {regime!r} is not sustained or burst")
+    if regime not in schema.REGIMES:
+        _fail(f"--regime {regime!r} is not one of {', '.join(schema.REGIMES)}")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = suite or ("dev" if device == "cuda" else "first")

@@ -39,11 +39,12 @@ class Reading:
     reasons: int  # bit mask, REASONS
 
 
-Reader = Callable[[], Reading]
+Reader = Callable[[], "Reading | None"]
 
 
 def reader(device: torch.device) -> Reader | None:
-    """A function that reads ``device``'s clocks now, or None (no CUDA, no NVML)."""
+    """A function that reads ``device``'s clocks now (None when a reading fails), or None
+    when there is nothing to read (no CUDA, no NVML, a driver without these queries)."""
     if device.type != "cuda":
         return None
     try:
@@ -55,8 +56,11 @@ def reader(device: torch.device) -> Reader | None:
         handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
     except Exception:  # no driver library, an old torch, a device NVML does not list
         return None
-    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    reasons = reasons or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons  # older bindings
+    reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons
+    try:
+        reasons(handle)
+    except Exception:  # drivers before R535 know only the older name
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
 
     def read() -> Reading:
         return Reading(
@@ -66,7 +70,18 @@ def reader(device: torch.device) -> Reader | None:
             reasons=int(reasons(handle)),
         )
 
-    return read
+    try:
+        read()
+    except Exception:  # a query this device does not support: no clocks, not a failure
+        return None
+
+    def guarded() -> Reading | None:
+        try:
+            return read()
+        except Exception:  # a transient NVML error costs one reading, never the case
+            return None
+
+    return guarded
 
 
 def reason_names(mask: int) -> list[str]:

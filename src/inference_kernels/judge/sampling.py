@@ -36,8 +36,8 @@ from .fresh import Fresh
 from .outside import ALLOWANCE, TOLERANCE
 from .schedule import (
     MAX_CALLS,
-    MAX_ROUNDS,
     MIN_ROUNDS,
+    ROUNDS_PER_TRIAL,
     SAMPLE_MIN_SECONDS,
     TARGET_HALF_WIDTH,
     Phase,
@@ -230,26 +230,28 @@ class Sampler:
         for phase in phases:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
-        # The case's time: the schedule's trials times a round of every phase (the mean of
-        # the rounds every phase ran, so that a slow first round does not stretch it).
-        active, spent, full, rounds = list(phases), 0.0, 0.0, 0
+        # The case's time: the schedule's trials times a round of every phase (the median
+        # of the rounds every phase ran: neither a slow first round nor one slow sample a
+        # solution adds on purpose stretches it), and never more than ROUNDS_PER_TRIAL
+        # rounds per trial.
+        active, spent, rounds, whole_rounds = list(phases), 0.0, 0, []
+        most = max(least, ROUNDS_PER_TRIAL * self.plan.trials)
         while active:
             whole = len(active) == len(phases)
-            for phase in active:
-                seconds = self._sample(phase, rounds)
-                spent += seconds
-                full += seconds if whole else 0.0
+            took = sum(self._sample(phase, rounds) for phase in active)
+            spent += took
             rounds += 1
             if whole:
-                budget = full / rounds * self.plan.trials
+                whole_rounds.append(took)
+            budget = statistics.median(whole_rounds) * self.plan.trials
             for phase in list(active):
-                if rounds >= MAX_ROUNDS:
+                if rounds >= most:
                     phase.stopped = "max_rounds"
                 elif rounds < least:
                     continue
                 elif phase.half_width() <= TARGET_HALF_WIDTH:
                     phase.stopped = "converged"
-                elif spent >= budget * (1 - 1e-9):
+                elif spent >= budget * (1 - 1e-9) or (whole and rounds >= self.plan.trials):
                     phase.stopped = "time_cap"
                 else:
                     continue
@@ -260,9 +262,9 @@ class Sampler:
         method = phase.method
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
-        if self.clock is not None:
-            phase.clocks.readings.append(self.clock())
         self._probe(method, index)
+        if self.clock is not None and (reading := self.clock()) is not None:
+            phase.clocks.readings.append(reading)
         self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
         changed = self.sets.changed(windows, self.fresh)
         if changed:
@@ -278,18 +280,17 @@ class Sampler:
 
     def _keep_for_checking(self, method: str, count: int, windows, outputs) -> None:
         """Reservoir sampling: after ``count`` samples, each of them is among the kept
-        CHECKS with the same probability. The kept call's outputs are copied now, before
-        the worker may run again: what it returned, not later."""
+        CHECKS with the same probability. One random call's outputs are copied out of
+        every sample, kept or not, now, before the worker may run again (what it returned,
+        not later): a worker that timed the referee's reply could otherwise tell which
+        samples are kept, and stop the phase when the kept ones are honest."""
+        call = self._random.randrange(len(windows))
+        copied = (windows[call], self.worker.read(outputs[call], self.shapes))
         kept = self.checks[method]
         if len(kept) < CHECKS:
-            slot = len(kept)
-            kept.append(None)
+            kept.append(copied)
         elif self._random.randrange(count) < CHECKS:
-            slot = self._random.randrange(CHECKS)
-        else:
-            return
-        call = self._random.randrange(len(windows))
-        kept[slot] = (windows[call], self.worker.read(outputs[call], self.shapes))
+            kept[self._random.randrange(CHECKS)] = copied
 
     def _longer(self, samples: list[float], iters: int) -> int | None:
         """Calls per sample to time again with, when the samples the worker reports are too

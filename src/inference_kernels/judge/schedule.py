@@ -24,10 +24,12 @@ MAX_CALLS = 4000  # calls per sample
 # Adaptive repetition: every phase gets at least MIN_ROUNDS samples (six are the fewest
 # whose order statistics bound the median at 95%, stats.py), then stops when that interval
 # is within TARGET_HALF_WIDTH of the median, or when the case has spent the time of the
-# schedule's trials; what one phase leaves, the noisier ones may use.
+# schedule's trials (median full round x trials); what one phase leaves, the noisier ones
+# may use, up to ROUNDS_PER_TRIAL x trials samples (a solution controls its own times, so
+# it must not be able to stretch a phase at will).
 MIN_ROUNDS = 6
 TARGET_HALF_WIDTH = 0.01
-MAX_ROUNDS = 100
+ROUNDS_PER_TRIAL = 3
 # A sample lasts at least this long when the calls are fast, so that the fixed allowance
 # is a small part of it.
 SAMPLE_MIN_SECONDS = {"cuda": 2 * ALLOWANCE["cuda"] / TOLERANCE["cuda"], "cpu": 0.064}

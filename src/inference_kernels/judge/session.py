@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import statuses
+from .. import schema, statuses
 from ..dataset.layout import Dataset
 from ..dataset.selection import Suite, select
 from ..errors import DatasetError
@@ -46,6 +46,10 @@ class Request:
     data_root: Path | None = None
     cache: Path | None = None
     sandbox: bool = True  # False only with --no-sandbox: solutions then run unisolated
+
+    def __post_init__(self) -> None:
+        if self.regime not in schema.REGIMES:
+            raise ValueError(f"regime {self.regime!r} is not one of {', '.join(schema.REGIMES)}")
 
 
 class NoSandbox(Exception):

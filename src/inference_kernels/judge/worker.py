@@ -208,6 +208,10 @@ class Worker:
         """Set up ``method`` for samples of ``calls`` calls. Methods set up earlier stay
         ready (the referee interleaves their samples); setting one up again replaces it."""
         method, calls, warmup = message["method"], message["calls"], message["warmup"]
+        if calls > len(self.sets):  # the referee maps enough sets first; never reuse one
+            raise CallFailed(
+                statuses.TIMING_ERROR, f"{method}: {calls} calls, {len(self.sets)} sets"
+            )
         self.launches.pop(method, None)
         if method == "graph":
             self.graph, self.graph_outputs = None, []
