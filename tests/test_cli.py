@@ -67,3 +67,28 @@ def test_bad_input_is_one_line_without_traceback():
         result = invoke(*args)
         assert result.exit_code == 2
         assert result.output.startswith("error:") and "Traceback" not in result.output
+
+
+def test_show_one_definition_gives_what_a_solution_author_needs():
+    (entry,) = json.loads(invoke("show", "-d", "gdn_decode_qk4_v8_d128_k_last", "--json").output)
+    assert (
+        entry["signature"]
+        == "run(q, k, v, state, A_log, a, dt_bias, b, scale) -> (output, new_state)"
+    )
+    assert entry["inputs"]["q"] == {
+        "shape": ["batch_size", "seq_len", "num_q_heads", "head_size"],
+        "dtype": "bfloat16",
+        "description": "Query tensor for single token decode.",
+    }
+    assert entry["inputs"]["scale"]["shape"] is None  # a Python scalar
+    assert entry["axes"]["batch_size"]["var"] == [1, 64]
+    assert entry["axes"]["head_size"]["const"] == 128
+    assert "num_k_heads == num_q_heads" in entry["constraints"]
+    assert entry["task"]["tolerance"] == {
+        "atol": 0.01,
+        "rtol": 0.01,
+        "comparison": "absolute_or_relative",
+    }
+    text = runner.invoke(app, ["show", "-d", "gdn_decode_qk4_v8_d128_k_last"], terminal_width=200)
+    assert "[batch_size, seq_len, num_q_heads, head_size]" in text.output  # not eaten as markup
+    assert "var, 1..64 in the workloads" in text.output

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import DatasetError
@@ -78,7 +79,10 @@ def show(
     definition: DefinitionOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List definitions, tasks or workloads."""
+    """List definitions, tasks or workloads. With -d NAME, definitions are shown whole:
+    the signature a solution implements, inputs and outputs with shapes and dtypes, axes
+    (constants, and the range of the workloads), constraints, tolerance and timing."""
+    from ..dataset.describe import describe
     from ..dataset.selection import input_bytes
 
     if what not in ("definitions", "tasks", "workloads"):
@@ -90,6 +94,13 @@ def show(
     except DatasetError as error:
         _fail(str(error))
     names = [n for n in sorted(loaded.definitions) if not definition or n in definition]
+    if what == "definitions" and definition:
+        described = [describe(loaded, name) for name in names]
+        if as_json:
+            print(json.dumps(described, indent=2))
+        for entry in [] if as_json else described:
+            _print_described(entry)
+        return
     rows: list[dict] = []
     for name in names:
         d = loaded.definitions[name]
@@ -129,6 +140,46 @@ def show(
         table.add_row(*(_cell(value) for value in row.values()))
     console.print(table)
     console.print(f"{len(rows)} {what}", highlight=False)
+
+
+def _print_described(entry: dict) -> None:
+    """One definition, as ``show -d NAME`` prints it."""
+    console.print(f"[bold]{escape(entry['name'])}[/bold] ({escape(entry['op_type'])})")
+    if entry["description"]:
+        console.print(escape(entry["description"]), highlight=False)
+    console.print(f"  {entry['signature']}", highlight=False)
+    console.print(f"  {entry['signature_dps']}   (destination_passing_style)", highlight=False)
+    table = Table(title="inputs and outputs")
+    for column in ("", "name", "shape", "dtype", "note"):
+        table.add_column(column)
+    for group in ("inputs", "outputs"):
+        for name, spec in entry[group].items():
+            shape = "scalar" if spec["shape"] is None else f"[{', '.join(spec['shape'])}]"
+            note = ("optional; " if spec.get("optional") else "") + spec.get("description", "")
+            table.add_row(group[:-1], name, escape(shape), spec["dtype"], escape(note))
+    console.print(table)
+    axes = Table(title="axes")
+    for column in ("axis", "value", "description"):
+        axes.add_column(column)
+    for axis, spec in entry["axes"].items():
+        if "const" in spec:
+            value = str(spec["const"])
+        else:
+            span = spec["var"]
+            value = f"var, {span[0]}..{span[1]} in the workloads" if span else "var"
+        axes.add_row(axis, value, escape(spec.get("description", "")))
+    console.print(axes)
+    for constraint in entry["constraints"]:
+        console.print(f"  constraint: {constraint}", highlight=False)
+    task = entry["task"]
+    console.print(f"{entry['workloads']} workloads", highlight=False)
+    if task:
+        tolerance = ", ".join(f"{k} {v}" for k, v in task["tolerance"].items())
+        console.print(
+            f"task: {tolerance}; timing {task['timing']}; baseline {task['baseline']}; "
+            f"{task['dev_workloads']} dev workloads",
+            highlight=False,
+        )
 
 
 def _cell(value: object) -> str:
