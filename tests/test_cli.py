@@ -92,3 +92,27 @@ def test_show_one_definition_gives_what_a_solution_author_needs():
     text = runner.invoke(app, ["show", "-d", "gdn_decode_qk4_v8_d128_k_last"], terminal_width=200)
     assert "[batch_size, seq_len, num_q_heads, head_size]" in text.output  # not eaten as markup
     assert "var, 1..64 in the workloads" in text.output
+
+
+def test_an_output_path_that_cannot_be_written_fails_before_any_work(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    results = tmp_path / "results.jsonl"
+    results.write_text("")
+    bad = [
+        ("run", "-d", QSA, "--device", "cpu", "--report", str(tmp_path)),  # a directory
+        ("run", "-d", QSA, "--device", "cpu", "--report", str(a_file / "r.jsonl")),
+        ("run", "-d", QSA, "--device", "cpu", "--report", "/proc/r.jsonl"),
+        ("summary", str(results), "-o", str(a_file)),
+        ("preferred", str(results), "-o", str(tmp_path)),
+    ]
+    for args in bad:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.startswith("error:") and "Traceback" not in result.output, args
+        text = " ".join(result.output.split())  # one message (the console wraps it)
+        assert any(w in text for w in ("is a directory", "is a file", "cannot be written")), text
+    assert a_file.read_text() == "x" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "a_file",
+        "results.jsonl",
+    ]

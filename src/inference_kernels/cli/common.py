@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -74,6 +75,34 @@ def _cases(dataset, definition, suite, workload):
         return loaded, select(loaded, definition, suite, workload)
     except DatasetError as error:
         _fail(str(error))
+
+
+def _writable(path: Path, *, folder: bool = False) -> None:
+    """Fail in one line, before any work, when ``path`` cannot be written: a file whose
+    place is a directory (or a folder whose place is a file), a parent that is a file, or
+    a place the file system refuses (tried: a file opened for appending, and removed again
+    when it was not there; in a folder, a temporary file)."""
+    what = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        _fail(f"{path}: is a {'file' if folder else 'directory'}, not a {what} to write")
+    existing = path if folder else path.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        _fail(f"{path}: {existing} is a file, so no {what} can be written under it")
+    try:
+        if folder:
+            path.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            with path.open("a"):
+                pass
+            if not existed:
+                path.unlink()
+    except OSError as error:
+        _fail(f"{path}: cannot be written ({error.strerror or error})")
 
 
 def _fail(message: str, code: int = 2) -> None:

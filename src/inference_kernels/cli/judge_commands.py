@@ -32,6 +32,7 @@ from .common import (
     _fail,
     _load,
     _progress,
+    _writable,
     app,
     console,
     errors,
@@ -118,6 +119,8 @@ def run(
     from ..report.failures import cause, grouped
     from ..report.tables import solution_table
 
+    if report is not None:
+        _writable(report)
     if device not in ("cpu", "cuda", "auto"):
         _fail(f"--device {device!r} is not cpu, cuda or auto")
     if regime not in schema.REGIMES:
@@ -329,8 +332,8 @@ def summary(
     from ..report.summary import performance_markdown
     from ..report.summary import summary as summarize
 
+    _writable(output, folder=True)
     report = summarize(_read(results), _baselines(dataset))
-    output.mkdir(parents=True, exist_ok=True)
     (output / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
     (output / "performance.md").write_text(performance_markdown(report))
     if as_json:
@@ -357,8 +360,8 @@ def preferred(
     interval); none from CPU wall-clock times."""
     from ..report.summary import preferred as choose
 
+    _writable(output)
     picked = choose(_read(results), _baselines(dataset))
-    output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(picked, indent=2) + "\n")
     if as_json:
         print(json.dumps(picked, indent=2))
