@@ -41,7 +41,7 @@ for suite in first dev; do
   [[ $STEPS == *$suite* ]] || continue
   started=$(date +%s)
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite $suite ${RUN_ARGS:-} \
-    --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:-} > "$OUT/$suite-run.log" 2>&1
+    --report results/gpu-$suite.jsonl --cache .cache/ik ${RESUME:---overwrite} > "$OUT/$suite-run.log" 2>&1
   status=$?
   pkill -f multiprocessing.spawn 2>/dev/null  # nothing of a timed-out run may hold the GPU
   pkill -f inference_kernels.judge.worker 2>/dev/null

@@ -28,7 +28,9 @@ def test_one_message_per_cause_with_the_count_of_workloads(tmp_path):
     assert result.exit_code == 1 and "Traceback" not in result.output, result.output
     assert result.output.count("SyntaxError") == 1, result.output
     assert "broken: load_failed on 2 more workload(s), same cause" in result.output
-    machine = _run(tmp_path, candidate, "--json")
+    refused = _run(tmp_path, candidate)  # the report of the first run is there
+    assert refused.exit_code == 2 and "--overwrite replaces it" in " ".join(refused.output.split())
+    machine = _run(tmp_path, candidate, "--json", "--overwrite")
     failures = json.loads(machine.stdout)["failures"]
     (failure,) = [f for f in failures if f["solution"] == "broken"]
     assert failure["status"] == "load_failed" and "SyntaxError" in failure["error"]

@@ -30,7 +30,8 @@ def test_without_bwrap_the_run_refuses_and_touches_nothing(tmp_path, monkeypatch
         judge(load_dataset(ROOT / "dataset"), request)
     assert report.read_text() == "earlier\n"
     command = [sys.executable, "-m", "inference_kernels.cli", "run", "-d", DEFINITION,
-               "--report", str(report), "--cache", str(tmp_path / "cache")]  # fmt: skip
+               "--report", str(report), "--cache", str(tmp_path / "cache"),
+               "--overwrite"]  # fmt: skip
     refused = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "no sandbox:" in refused.stderr and "bubblewrap" in refused.stderr

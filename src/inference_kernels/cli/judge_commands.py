@@ -77,6 +77,9 @@ def run(
     resume: Annotated[
         bool, typer.Option(help="Keep the report's rows and run only the missing cases.")
     ] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing report (without it, run refuses to).")
+    ] = False,
     validation_only: Annotated[
         bool, typer.Option("--validation-only", help="Check correctness; skip timing.")
     ] = False,
@@ -120,6 +123,8 @@ def run(
     from ..report.tables import solution_table
 
     if report is not None:
+        if report.is_file() and report.stat().st_size and not (resume or overwrite):
+            _fail(f"{report} exists: --resume continues it, --overwrite replaces it")
         _writable(report)
     if device not in ("cpu", "cuda", "auto"):
         _fail(f"--device {device!r} is not cpu, cuda or auto")
