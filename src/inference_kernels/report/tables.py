@@ -64,7 +64,8 @@ def inputs_label(inputs: str) -> str:
 INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
 INTERVAL_NOTE = (
     "Speedups carry their 95% interval; n.s.: no significant difference (the interval "
-    "reaches within the run-to-run floor of 1.0: 2% on a GPU, 2x on the CPU)."
+    "reaches within the run-to-run floor of 1.0: 2% on a GPU; CPU times never differ "
+    "significantly)."
 )
 
 
