@@ -72,22 +72,14 @@ def _sm_mhz() -> int | None:
 
 def judged(regime: str) -> dict[str, dict]:
     """The graph phase of each kernel's baseline, judged in ``regime``."""
-    from inference_kernels.judge.session import Request, judge
+    from run_to_run import judge_baselines  # this folder is on sys.path when run as a script
 
     dataset = _dataset()
     uuids = [_workload(dataset, d, axes).uuid for d, axes, _ in KERNELS.values()]
     folder = Path(tempfile.mkdtemp(prefix=f"ncu-{regime}-"))
-    request = Request(
-        definitions=sorted({d for d, _, _ in KERNELS.values()}),
-        solutions=sorted({dataset.tasks[d].baseline for d, _, _ in KERNELS.values()}),
-        suite="all",
-        workloads=uuids,
-        devices=["cuda:0"],
-        report=folder / "results.jsonl",
-        cache=folder / "cache",
-        regime=regime,
-    )
-    rows = [row for row in judge(dataset, request) if row.get("type") == "case"]
+    definitions = sorted({d for d, _, _ in KERNELS.values()})
+    rows = judge_baselines(definitions, uuids, "all", regime, folder)
+    rows = [row for row in rows if row.get("type") == "case"]
     found = {}
     for name, (definition, axes, _) in KERNELS.items():
         uuid = _workload(dataset, definition, axes).uuid

@@ -31,7 +31,9 @@ KERNELS = {
 }
 
 
-def _judge(definitions, workloads, suite, regime, folder: Path) -> list[dict]:
+def judge_baselines(definitions, workloads, suite, regime, folder: Path) -> list[dict]:
+    """The rows of the task baselines of ``definitions`` judged on one GPU in ``regime``
+    (also used by ncu_agreement.py)."""
     from inference_kernels.dataset.layout import load_dataset
     from inference_kernels.judge.session import Request, judge
 
@@ -61,7 +63,7 @@ def spread(runs: int, regime: str) -> dict:
     ratio = {name: [] for name in KERNELS}
     for _ in range(runs):
         folder = Path(tempfile.mkdtemp(prefix=f"r2r-{regime}-"))
-        rows = _judge(
+        rows = judge_baselines(
             sorted({d for d, _ in KERNELS.values()}), list(uuids.values()), "all", regime, folder
         )
         for name, uuid in uuids.items():
@@ -88,10 +90,8 @@ def same_code_compare() -> dict:
     from inference_kernels.report.compare import comparison, speedup_entry, times_by_case
 
     definitions = sorted({d for d, _ in KERNELS.values()})
-    first, second = (
-        _judge(definitions, None, "dev", "sustained", Path(tempfile.mkdtemp(prefix="r2r-dev-")))
-        for _ in range(2)
-    )
+    folders = [Path(tempfile.mkdtemp(prefix="r2r-dev-")) for _ in range(2)]
+    first, second = (judge_baselines(definitions, None, "dev", "sustained", f) for f in folders)
     old, new = times_by_case(first), times_by_case(second)
     report = {}
     for entry in comparison(second, first, {}):

@@ -201,9 +201,13 @@ class Sampler:
         if method == "eager" or self.cold_l2:
             return iters
         _, reply, seen = self.go(method, -1, [self.fresh.offsets() for _ in range(iters)])
-        per_call = max(min(reply.us * 1e-6, seen / iters), 1e-7)
-        wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
-        return max(iters, wanted)
+        return max(iters, self._calls_for(min(reply.us * 1e-6, seen / iters)))
+
+    def _calls_for(self, per_call: float) -> int:
+        """Calls that make a sample SAMPLE_MIN_SECONDS long, within MAX_CALLS and the sets
+        that fit."""
+        per_call = max(per_call, 1e-7)
+        return min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
 
     def _ready(self, phases: dict[str, Phase]) -> dict[str, str]:
         """Sets enough for every phase, each method set up for its calls and warmed up;
@@ -295,10 +299,10 @@ class Sampler:
     def _longer(self, samples: list[float], iters: int) -> int | None:
         """Calls per sample to time again with, when the samples the worker reports are too
         short for ALLOWANCE to be within TOLERANCE of them (and more calls are possible)."""
-        per_call = max(statistics.median(samples) * 1e-6, 1e-7)
+        per_call = statistics.median(samples) * 1e-6
         if self.cold_l2 or per_call * iters * TOLERANCE[self.kind] >= ALLOWANCE[self.kind]:
             return None
-        wanted = min(math.ceil(SAMPLE_MIN_SECONDS[self.kind] / per_call), MAX_CALLS, self.fit)
+        wanted = self._calls_for(per_call)
         return wanted if wanted > iters else None
 
     def _entry(self, phase: Phase) -> dict[str, Any]:
