@@ -10,7 +10,7 @@
 
 Prints JSON. Run on a CUDA machine:
 
-    PYTHONPATH=src python3 benchmarks/run_to_run.py [--runs 5] > run_to_run.json
+    PYTHONPATH=src python3 benchmarks/run_to_run.py [--runs 5] [--part spread|compare] > r2r.json
 """
 
 from __future__ import annotations
@@ -123,9 +123,18 @@ def same_code_compare() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--part",
+        choices=["all", "spread", "compare"],
+        default="all",
+        help="only the spread over runs (1.) or only the same-code compare (2.)",
+    )
     options = parser.parse_args()
-    report = {regime: spread(options.runs, regime) for regime in ("burst", "sustained")}
-    report["same_code_compare"] = same_code_compare()
+    report = {}
+    if options.part in ("all", "spread"):
+        report = {regime: spread(options.runs, regime) for regime in ("burst", "sustained")}
+    if options.part in ("all", "compare"):
+        report["same_code_compare"] = same_code_compare()
     print(json.dumps(report, indent=2))
 
 

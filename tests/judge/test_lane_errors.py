@@ -58,3 +58,24 @@ def test_sparse_timed_outputs_cost_only_that_case(tmp_path):
     assert set(outcome) == {"sparse_when_timed", "honest"}, outcome
     assert outcome["honest"] == "passed"
     assert outcome["sparse_when_timed"] == "timed_output_mismatch"
+
+
+def test_a_referee_that_cannot_start_costs_the_case_not_the_run(tmp_path):
+    """A referee that died before its hello (here: a CUDA device on a machine without one)
+    used to crash the lane thread with an AttributeError, ending the whole run; the case
+    now fails as a reference error that says the referee died."""
+    import torch
+
+    from inference_kernels.judge.lane import Lane
+    from inference_kernels.judge.scheduler import Options
+
+    if torch.cuda.is_available():  # the referee would come up
+        device = f"cuda:{torch.cuda.device_count()}"
+    else:
+        device = "cuda:0"
+    options = Options(data_root=ROOT / "dataset", cache=tmp_path / "cache", folder=tmp_path)
+    lane = Lane(device=device, options=options, writer=None, on_row=lambda row: None)
+    reply = lane._ask({"op": "prepare"}, "prepared", 60)
+    assert reply["ok"] is False and reply["status"] == "reference_error", reply
+    assert "referee process died" in reply["error"], reply
+    assert lane.process is None

@@ -48,7 +48,8 @@ class Lane:
         self.options.folder.joinpath("logs").mkdir(parents=True, exist_ok=True)
         return self.options.folder / "logs" / f"{self.name.replace(':', '')}-referee.log"
 
-    def _start(self) -> None:
+    def _start(self) -> dict[str, Any]:
+        """Start the referee; its hello, or a failure when it died or hung on the way."""
         self.requests, self.replies = context.Queue(), context.Queue()
         settings = {
             "folder": str(self.options.folder),
@@ -66,7 +67,7 @@ class Lane:
             daemon=True,
         )
         self.process.start()
-        self._wait("hello", 300)
+        return self._wait("hello", 300)
 
     def _stop(self) -> None:
         if self.process is not None:
@@ -102,7 +103,9 @@ class Lane:
     def _ask(self, request: dict[str, Any], op: str, seconds: float) -> dict[str, Any]:
         if self.process is None or not self.process.is_alive():
             self._stop()
-            self._start()
+            hello = self._start()
+            if self.process is None:  # the referee did not come up: the case fails, the run goes on
+                return hello
         self.requests.put(request)
         return self._wait(op, seconds)
 
