@@ -1,5 +1,9 @@
 """The task's acceptance policy for one output: the single function everything uses.
 
+Every status but ``passed`` is a failure (``statuses.py``), those of cases that never reach
+an output check among them: a solution whose sources do not compile (``compile_error``) or
+that does not load (``load_failed``) fails each of its cases.
+
 Order of checks, each with its own status:
   shape, dtype, device must match            -> shape_mismatch / dtype_mismatch / device_mismatch
   a nonfinite value in the reference         -> reference_nonfinite (the case cannot be judged)

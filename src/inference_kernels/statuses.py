@@ -8,6 +8,9 @@ PASSED = "passed"
 
 # The solution could not be loaded or called as the definition requires.
 LOAD_FAILED = "load_failed"
+# A cpp or cuda solution's sources did not compile (the row holds the compiler's first
+# error lines).
+COMPILE_ERROR = "compile_error"
 # The solution raised, the worker process died, or it ran past the case timeout.
 RUNTIME_ERROR = "runtime_error"
 CRASHED = "crashed"
@@ -41,6 +44,7 @@ INPUT_ERROR = "input_error"
 ALL = (
     PASSED,
     LOAD_FAILED,
+    COMPILE_ERROR,
     RUNTIME_ERROR,
     CRASHED,
     TIMEOUT,

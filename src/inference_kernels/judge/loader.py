@@ -6,26 +6,78 @@ sandbox shows read-only and nothing else does. The worker imports the entry modu
 part of that package, so relative imports work (``load_package``); ``run`` and an
 optional ``prepare(*inputs) -> launch`` are returned after their signatures are checked
 against the definition.
+
+Languages (docs/languages.md): ``python`` and ``triton`` are Python sources, imported as
+above (a triton solution that cannot import triton fails to load, saying so). ``cpp`` and
+``cuda`` sources (binding ``torch``, the default) are compiled, in the worker's sandbox, into
+one PyTorch extension with ``torch.utils.cpp_extension.load``, as flashinfer-bench's torch
+builder does: every .cpp/.cc/.cxx/.c/.cu source is compiled, the package folder is on the
+include path, and the entry point ``kernel.cu::run`` names a source and the function the
+extension exports (``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }``).
+A build is kept in a folder named by ``build_key`` (sources, spec, torch, compiler, flags),
+which the referee prepares (workers.py) and the sandbox shows writable only to the worker
+that builds it; a complete build is loaded again as it is, from a read-only folder.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import inspect
 import json
+import os
+import platform
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DatasetError
+from .. import statuses
 from ..schema import Definition, Solution
 
 
 class SolutionLoadError(Exception):
     """The solution cannot be used for its definition; the message is one line."""
+
+    status = statuses.LOAD_FAILED
+
+
+class SolutionCompileError(SolutionLoadError):
+    """The solution's sources did not compile; the message holds the compiler's first
+    error lines."""
+
+    status = statuses.COMPILE_ERROR
+
+
+PYTHON_LANGUAGES = ("python", "triton")
+COMPILED_LANGUAGES = ("cpp", "cuda")
+# What flashinfer-bench's torch builder compiles; other sources (headers) are included.
+COMPILED_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+# The flags every build gets (part of the build key): host and device code optimized.
+CFLAGS = ("-O3",)
+CUDA_CFLAGS = ("-O3",)
+BUILD_FORMAT = 1  # bump when the way builds are made or kept changes
+
+
+@dataclass(frozen=True)
+class Build:
+    """Where a compiled solution is built (``folder``, named for its key), the name of its
+    extension module, and whether a complete build is already there."""
+
+    folder: Path
+    name: str
+    cached: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"folder": str(self.folder), "name": self.name, "cached": self.cached}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> Build:
+        return cls(Path(value["folder"]), str(value["name"]), bool(value["cached"]))
 
 
 @dataclass
@@ -57,33 +109,6 @@ def write_package(solution: Solution, package: Path) -> Path:
     return package
 
 
-def candidate_solution(path: Path, definition: str) -> Solution:
-    """A solution from a solution JSON, or from one Python file defining ``run``."""
-    if not path.is_file():
-        raise DatasetError(path, "", "no such file")
-    if path.suffix == ".json":
-        try:
-            return Solution.model_validate_json(path.read_text())
-        except ValueError as error:
-            message = str(error).splitlines()
-            raise DatasetError(path, "", " ".join(m.strip() for m in message[:3])) from None
-    return Solution.model_validate(
-        {
-            "name": f"candidate:{path.name}",
-            "definition": definition,
-            "author": "candidate",
-            "description": f"Candidate from {path}",
-            "spec": {
-                "language": "python",
-                "target_hardware": ["cpu", "cuda"],
-                "entry_point": f"{path.name}::run",
-                "destination_passing_style": False,
-            },
-            "sources": [{"path": path.name, "content": path.read_text()}],
-        }
-    )
-
-
 def _arity_problem(function: Callable[..., Any], count: int, what: str) -> str | None:
     try:
         parameters = list(inspect.signature(function).parameters.values())
@@ -104,15 +129,144 @@ def usable(solution: Solution, definition: Definition) -> None:
         raise SolutionLoadError(
             f"solution {solution.name!r} is for {solution.definition!r}, not {definition.name!r}"
         )
-    if solution.spec.language != "python":
-        raise SolutionLoadError(f"language {solution.spec.language!r} is not supported yet")
+    language = solution.spec.language
+    if language not in PYTHON_LANGUAGES + COMPILED_LANGUAGES:
+        raise SolutionLoadError(f"language {language!r} is not supported yet")
+    if language in COMPILED_LANGUAGES:
+        if solution.spec.binding == "tvm-ffi":
+            raise SolutionLoadError("binding 'tvm-ffi' is not supported yet")
+        file = solution.spec.entry_point.partition("::")[0]
+        if not file.endswith(COMPILED_SUFFIXES):
+            raise SolutionLoadError(
+                f"the entry file of a {language} solution is one of its "
+                f"{'/'.join(COMPILED_SUFFIXES)} sources, not {file!r}"
+            )
+        if language == "cpp" and any(s.path.endswith(".cu") for s in solution.sources):
+            raise SolutionLoadError("a cpp solution has no .cu sources: its language is cuda")
 
 
-def load_package(solution: Solution, definition: Definition, package: Path) -> LoadedSolution:
-    """Import the solution's entry point from ``package``; raise SolutionLoadError with a
-    one-line reason."""
+def compiled(solution: Solution) -> bool:
+    return solution.spec.language in COMPILED_LANGUAGES
+
+
+@functools.cache
+def _tool_version(tool: str) -> str:
+    """The first line of ``tool --version`` (the compiler a build would use), or ''."""
+    path = shutil.which(tool)
+    if path is None:
+        return ""
+    try:
+        result = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    return f"{os.path.realpath(path)}: {lines[0] if lines else ''} {lines[-1] if lines else ''}"
+
+
+def build_key(solution: Solution, device: str = "cpu") -> str:
+    """The key of a compiled solution's build: a hash of what the built extension depends
+    on (its sources and spec, torch and Python, the compilers and flags, the GPU it is
+    built for)."""
+    import torch
+
+    compilers = [_tool_version(os.environ.get("CXX", "c++"))]
+    capability = None
+    if solution.spec.language == "cuda":
+        compilers.append(_tool_version("nvcc"))
+        if device.startswith("cuda") and torch.cuda.is_available():
+            capability = list(torch.cuda.get_device_capability(torch.device(device)))
+    what = {
+        "format": BUILD_FORMAT,
+        "sources": sorted((s.path, s.content) for s in solution.sources),
+        "spec": solution.spec.model_dump(mode="json"),
+        "torch": [torch.__version__, torch.version.cuda, torch.version.git_version],
+        "python": [sys.version, platform.machine()],
+        "compilers": compilers,
+        "flags": [CFLAGS, CUDA_CFLAGS, os.environ.get("TORCH_CUDA_ARCH_LIST")],
+        "capability": capability,
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def extension_name(key: str) -> str:
+    return f"ik_{key[:24]}"
+
+
+def compiler_errors(output: str, lines: int = 10, limit: int = 800) -> str:
+    """The compiler's first lines that report an error (else the end of its output), in
+    one line of at most ``limit`` characters."""
+    text = [" ".join(line.split()) for line in output.splitlines()]
+    text = [line for line in text if line and not line.startswith("ninja: build stopped")]
+    chosen = [line for line in text if "error:" in line.lower()]  # gcc, nvcc, ld
+    chosen = chosen or [line for line in text if "error" in line.lower()] or text[-lines:]
+    chosen = chosen[:lines]
+    joined = " | ".join(chosen)
+    return joined if len(joined) <= limit else joined[: limit - 3] + "..."
+
+
+def _build_extension(solution: Solution, package: Path, build: Build) -> Any:
+    """The solution's extension module: the complete build in ``build.folder`` if there is
+    one, else built there now (SolutionCompileError when the sources do not compile)."""
+    library = build.folder / f"{build.name}.so"
+    if build.cached:
+        spec = importlib.util.spec_from_file_location(build.name, library)
+        if spec is None or not library.is_file():
+            raise SolutionLoadError(f"the cached build {library.name} is missing")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            raise SolutionLoadError(
+                f"loading the cached build failed: {type(error).__name__}: {error}"
+            ) from None
+        return module
+    try:
+        import ninja  # the build tool cpp_extension runs, from the judge's environment
+
+        os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"
+    except ImportError:
+        pass
+    from torch.utils import cpp_extension
+
+    sources = [str(package / s.path) for s in solution.sources]
+    sources = [path for path in sources if path.endswith(COMPILED_SUFFIXES)]
+    cuda = solution.spec.language == "cuda"
+    try:
+        return cpp_extension.load(
+            name=build.name,
+            sources=sources,
+            extra_cflags=list(CFLAGS),
+            extra_cuda_cflags=list(CUDA_CFLAGS) if cuda else None,
+            extra_include_paths=[str(package)],
+            build_directory=str(build.folder),
+            with_cuda=cuda,
+            verbose=False,
+        )
+    except Exception as error:
+        text = str(error)
+        if text.startswith("Error building extension"):
+            output = (text.partition(":")[2] or text).replace(f"{package}/", "")
+            raise SolutionCompileError(f"the build failed: {compiler_errors(output)}") from None
+        raise SolutionLoadError(
+            f"building failed: {type(error).__name__}: {' '.join(text.split())[:800]}"
+        ) from None
+
+
+def load_package(
+    solution: Solution, definition: Definition, package: Path, build: Build | None = None
+) -> LoadedSolution:
+    """Import the solution's entry point from ``package`` (a compiled solution's from its
+    extension, built in ``build`` first unless complete there); raise SolutionLoadError
+    (SolutionCompileError) with a one-line reason."""
     usable(solution, definition)
     file, _, symbol = solution.spec.entry_point.partition("::")
+    if compiled(solution):
+        if build is None:
+            raise SolutionLoadError(f"no build folder for a {solution.spec.language} solution")
+        module = _build_extension(solution, package, build)
+        return _entry(solution, definition, module, file, symbol, package)
     module_name = f"_ik_solution_{solution_hash(solution)[:16]}"
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(
@@ -128,8 +282,24 @@ def load_package(solution: Solution, definition: Definition, package: Path) -> L
         raise SolutionLoadError(
             f"importing {file} failed: {type(error).__name__}: {error}"
         ) from None
+    return _entry(solution, definition, module, file, symbol, package)
+
+
+def _entry(
+    solution: Solution, definition: Definition, module: Any, file: str, symbol: str, package: Path
+) -> LoadedSolution:
     run = getattr(module, symbol, None)
     if not callable(run):
+        if compiled(solution):
+            hint = ""
+            if any("TVM_FFI_DLL_EXPORT" in s.content for s in solution.sources):
+                hint = (
+                    " (its sources export through TVM-FFI: binding 'tvm-ffi' is not supported yet)"
+                )
+            raise SolutionLoadError(
+                f"the extension built from {file} exports no function {symbol!r}: "
+                f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def({symbol!r}, ...); }}{hint}"
+            )
         raise SolutionLoadError(f"{file} defines no function {symbol!r}")
     count = len(definition.inputs)
     if solution.spec.destination_passing_style:

@@ -31,6 +31,9 @@ WORKER_FAILURES = (
     statuses.TIMED_OUTPUT_MISMATCH,
 )
 
+# Why a solution did not load: its sources did not compile, or anything else.
+LOAD_FAILURES = (statuses.LOAD_FAILED, statuses.COMPILE_ERROR)
+
 _Count = Annotated[int, Field(ge=0, le=1 << 48)]
 _Text = Annotated[str, Field(max_length=4000)]
 
@@ -84,6 +87,7 @@ class Loaded(_Strict):
     op: Literal["loaded"]
     ok: bool
     error: _Text | None = None
+    status: Literal[LOAD_FAILURES] = statuses.LOAD_FAILED  # type: ignore[valid-type]
     prepare: bool = False
 
 

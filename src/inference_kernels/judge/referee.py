@@ -148,6 +148,10 @@ class Referee:
 
     def _worker(self, solution: schema.Solution) -> WorkerHandle:
         handle = self.workers.get(solution.name)
+        failed = handle.loaded if isinstance(handle, WorkerHandle) else None
+        if failed is not None and not failed.ok and failed.status == statuses.COMPILE_ERROR:
+            # the same sources fail to compile again: no new worker, no new build per case
+            raise CaseEnded(statuses.COMPILE_ERROR, failed.error or "the build failed")
         if isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit():
             handle.exit()  # its buffers can only be freed once it is gone
             handle = None
@@ -162,14 +166,15 @@ class Referee:
                 self.folder,
                 self.options["timeout"],
                 self.options["lane"],
+                builds=Path(self.options["cache"]) / "builds",
             )
             self.workers[solution.name] = handle
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
-        if not handle.loaded.ok:
+        if not handle.loaded.ok:  # load_failed, or compile_error
             raise CaseEnded(
-                statuses.LOAD_FAILED, handle.loaded.error or "the solution did not load"
+                handle.loaded.status, handle.loaded.error or "the solution did not load"
             )
         return handle
 

@@ -10,6 +10,13 @@ network and UTS namespaces (and a user namespace when the judge is not root), wi
   hidden place (the Python installation, the judge's code, its own package) is bound back
   read-only;
 - a private writable scratch ``/tmp`` of bounded size;
+- for a compiled (cpp/cuda) solution, the one build folder of its key (``loader.build_key``),
+  writable when the worker is to build it there and read-only when it holds a complete
+  build; the hidden folder around it is then made read-only, so that nothing can be
+  written into another key's build or beside it (not even in the sandbox's own view). The
+  compilers (g++, nvcc, ninja), the CUDA toolkit and torch's headers need nothing more:
+  they are under ``/usr``, ``/usr/local`` and the Python installation, which stay visible
+  read-only;
 - the GPU's device nodes and nothing else of ``/dev``;
 - an unprivileged identity of its own: as root, each worker gets a uid and gid no other
   process has (from UID_BASE on) and drops to it inside before it reads any solution code
@@ -138,10 +145,16 @@ class Sandbox:
     secrets: list[Path] = field(default_factory=list)
     memory: int = field(default_factory=memory_limit)
 
-    def arguments(self, package: Path, cuda: bool) -> list[str]:
-        """bwrap's arguments (before ``--``) for a worker of the solution in ``package``."""
+    def arguments(
+        self, package: Path, cuda: bool, build: Path | None = None, writable: bool = False
+    ) -> list[str]:
+        """bwrap's arguments (before ``--``) for a worker of the solution in ``package``,
+        with its build folder ``build`` (writable if told) when it is compiled."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         needed = _needed() + [package]
+        if build is not None:
+            build = Path(os.path.realpath(build))
+            needed.append(build)
         mounts: list[tuple[int, list[str]]] = []
         hidden = {Path(os.path.realpath(p)) for p in [*ALWAYS_HIDDEN, *self.secrets]}
         for secret in sorted(hidden):
@@ -164,11 +177,23 @@ class Sandbox:
                                 mounts.append(
                                     (len(folder.parts), ["--perms", "0755", "--dir", str(folder)])
                                 )
-                        mounts.append((len(path.parts), ["--ro-bind", str(path), str(path)]))
+                        bind = "--bind" if path == build and writable else "--ro-bind"
+                        mounts.append((len(path.parts), [bind, str(path), str(path)]))
             elif not any(_inside(path, secret) for path in needed):
                 mounts.append((len(secret.parts), ["--ro-bind", "/dev/null", str(secret)]))
+        after = []
+        if build is not None:
+            around = [h for h in hidden if h.is_dir() and _inside(build, h) and h != build]
+            if not around:  # visible (read-only) where it is: bound again, as it should be
+                bind = "--bind" if writable else "--ro-bind"
+                mounts.append((len(build.parts), [bind, str(build), str(build)]))
+            deepest = max(around, key=lambda h: len(h.parts), default=None)
+            if deepest is not None and str(deepest) not in ("/tmp", "/dev/shm"):
+                # the tmpfs hiding the cache, read-only once the build folder is in it
+                after = ["--remount-ro", str(deepest)]
         for _, mount in sorted(mounts, key=lambda item: item[0]):
             args += mount
+        args += after
         if cuda:
             for node in sorted(glob.glob("/dev/nvidia*")):
                 args += ["--dev-bind", node, node]
@@ -204,12 +229,27 @@ class Sandbox:
             args += ["--setenv", key, value]
         return args
 
-    def command(self, package: Path, cuda: bool, worker: list[str]) -> list[str]:
-        return [self.bwrap, *self.arguments(package, cuda), "--", *worker]
+    def command(
+        self,
+        package: Path,
+        cuda: bool,
+        worker: list[str],
+        build: Path | None = None,
+        writable: bool = False,
+    ) -> list[str]:
+        return [self.bwrap, *self.arguments(package, cuda, build, writable), "--", *worker]
 
-    def worker_command(self, package: Path, cuda: bool, worker: list[str], uid: int) -> list[str]:
+    def worker_command(
+        self,
+        package: Path,
+        cuda: bool,
+        worker: list[str],
+        uid: int,
+        build: Path | None = None,
+        writable: bool = False,
+    ) -> list[str]:
         """bwrap around the worker, told the identity to drop to (under root)."""
-        return self.command(package, cuda, [*worker, "--sandboxed", str(uid)])
+        return self.command(package, cuda, [*worker, "--sandboxed", str(uid)], build, writable)
 
 
 @functools.cache

@@ -31,7 +31,7 @@ from . import cuda_ipc
 from . import timing as timer  # binds the clocks before any solution is imported
 from .channel import Channel, ChannelClosed
 from .guards import aliased_inputs, as_list, is_plain_tensor
-from .loader import LoadedSolution, SolutionLoadError, load_package
+from .loader import Build, LoadedSolution, SolutionLoadError, load_package
 from .shared import Outbox
 
 
@@ -352,11 +352,17 @@ def main() -> None:
     channel = Channel.from_fd(options.fd)
     init, _ = channel.recv()
     worker = Worker(channel, init)
+    # A cpp/cuda solution is compiled here, before anything is timed (within the referee's
+    # wait for "loaded": the worker's timeout).
+    build = Build.from_dict(init["build"]) if init.get("build") else None
     try:
-        worker.loaded = load_package(worker.solution, worker.definition, Path(init["package"]))
+        worker.loaded = load_package(
+            worker.solution, worker.definition, Path(init["package"]), build
+        )
         channel.send({"op": "loaded", "ok": True, "prepare": worker.loaded.prepare is not None})
     except SolutionLoadError as error:
-        channel.send({"op": "loaded", "ok": False, "error": str(error)[:3000]})
+        failed = {"op": "loaded", "ok": False, "error": str(error)[:3000], "status": error.status}
+        channel.send(failed)
         return
     except Exception as error:
         channel.send({"op": "loaded", "ok": False, "error": _one_line(error)})

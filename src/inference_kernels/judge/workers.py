@@ -9,13 +9,24 @@ failure the worker is stopped, since nothing it says can be trusted any more.
 
 A worker's output goes through a pipe to its log file, at most LOG_BYTES of it, so a
 solution cannot fill the judge's disk.
+
+A compiled (cpp/cuda) solution is built by its worker, in its sandbox, into the folder of
+its build key under ``builds`` (``claim_build``): a folder that holds a complete build (a
+digest of its extension, written here once a worker loaded it, still matches) is shown
+read-only and loaded as it is; any other is emptied and shown writable to this worker
+alone. A lock per key, held until the worker has loaded, keeps two referees from building
+the same key at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import secrets
+import shutil
 import signal
+import stat as filemode
 import subprocess
 import sys
 import tempfile
@@ -32,7 +43,15 @@ from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
 from . import cuda_ipc, protocol
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
-from .loader import SolutionLoadError, usable, write_package
+from .loader import (
+    Build,
+    SolutionLoadError,
+    build_key,
+    compiled,
+    extension_name,
+    usable,
+    write_package,
+)
 from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, TransportError
 
@@ -132,6 +151,100 @@ def _log_tail(path: Path, lines: int = 6) -> str:
     return " | ".join(line.strip() for line in text[-lines:] if line.strip())[:800]
 
 
+def _library_digest(library: Path) -> str | None:
+    """The sha256 of a built extension (a plain file, never through a link), or None."""
+    try:
+        fd = os.open(library, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as stream:
+        if not filemode.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def _seal(folder: Path, name: str) -> str | None:
+    """Make a new complete build the referee's and read-only (the folder 0755, the
+    extension 0644: a later worker, of another uid, reads it; the one that built it can
+    no longer change it, under root); return the extension's digest (None: no plain file
+    to seal). Only descriptors are used: the worker may still be running."""
+    try:
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if os.geteuid() == 0:
+            os.fchown(top, os.geteuid(), os.getegid())
+        os.fchmod(top, 0o755)
+        try:
+            fd = os.open(f"{name}.so", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=top)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as stream:
+            status = os.fstat(fd)
+            if not filemode.S_ISREG(status.st_mode) or status.st_nlink != 1:
+                return None
+            if os.geteuid() == 0:
+                os.fchown(fd, os.geteuid(), os.getegid())
+            os.fchmod(fd, 0o644)
+            return hashlib.file_digest(stream, "sha256").hexdigest()
+    finally:
+        os.close(top)
+
+
+def _empty(folder: Path) -> None:
+    """Remove ``folder``: moved aside first (what resists removal stays there, aside)."""
+    if not folder.exists() and not folder.is_symlink():
+        return
+    aside = folder.with_name(f"{folder.name}.old-{secrets.token_hex(6)}")
+    os.rename(folder, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@dataclass
+class BuildClaim:
+    """A compiled solution's build folder, claimed (locked) until its worker has loaded."""
+
+    build: Build
+    marker: Path
+    lock: int
+
+    def finish(self, loaded: bool) -> None:
+        """Seal a new build and record it complete when the worker loaded it; release the
+        lock."""
+        try:
+            if loaded and not self.build.cached:
+                digest = _seal(self.build.folder, self.build.name)
+                if digest is not None:
+                    self.marker.write_text(digest)
+        finally:
+            os.close(self.lock)
+
+
+def claim_build(solution: Solution, builds: Path, device: str, uid: int | None) -> BuildClaim:
+    """The build folder of ``solution``'s key under ``builds``: complete (cached), or empty
+    and owned by ``uid`` (the worker's, under root) for a new build."""
+    key = build_key(solution, device)
+    builds.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lock = os.open(builds / f"{key}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder, name, marker = builds / key, extension_name(key), builds / f"{key}.done"
+        if marker.is_file() and folder.is_dir() and not folder.is_symlink():
+            digest = _library_digest(folder / f"{name}.so")
+            if digest is not None and digest == marker.read_text().strip():
+                return BuildClaim(Build(folder, name, cached=True), marker, lock)
+        marker.unlink(missing_ok=True)
+        _empty(folder)
+        folder.mkdir(mode=0o700)
+        if uid is not None and os.geteuid() == 0:
+            os.chown(folder, uid, uid)
+        return BuildClaim(Build(folder, name, cached=False), marker, lock)
+    except BaseException:
+        os.close(lock)
+        raise
+
+
 @dataclass
 class WorkerHandle:
     solution: Solution
@@ -162,10 +275,41 @@ class WorkerHandle:
         folder: Path,
         timeout: float,
         lane: str,
+        builds: Path | None = None,
     ) -> WorkerHandle:
         """Start a worker for ``solution`` and wait until it has loaded (or failed to); its
-        log is named for ``lane``, the referee's."""
+        log is named for ``lane``, the referee's. A compiled solution is built (or its
+        complete build found) under ``builds`` (default ``folder/builds``)."""
         usable(solution, definition)
+        uid = identity() if sandbox is not None else None
+        claim = None
+        if compiled(solution):
+            claim = claim_build(solution, builds or folder / "builds", str(device), uid)
+        try:
+            handle = cls._start(
+                solution, definition, device, sandbox, folder, timeout, lane, uid, claim
+            )
+        except BaseException:
+            if claim is not None:
+                claim.finish(loaded=False)
+            raise
+        if claim is not None:
+            claim.finish(loaded=handle.loaded.ok)
+        return handle
+
+    @classmethod
+    def _start(
+        cls,
+        solution: Solution,
+        definition: Definition,
+        device: torch.device,
+        sandbox: Sandbox | None,
+        folder: Path,
+        timeout: float,
+        lane: str,
+        uid: int | None,
+        claim: BuildClaim | None,
+    ) -> WorkerHandle:
         key = hashlib.sha256(solution.name.encode()).hexdigest()[:10]
         log = folder / "logs" / f"{lane.replace(':', '')}-worker-{key}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -176,10 +320,17 @@ class WorkerHandle:
         ours, theirs = pair()
         command = [sys.executable, "-s", "-B", "-m", "inference_kernels.judge.worker"]
         command += ["--fd", str(theirs.fileno())]
-        values, uid = {}, None
+        values = {}
         if sandbox is not None:
-            uid = identity()
-            command = sandbox.worker_command(package, device.type == "cuda", command, uid)
+            build = None if claim is None else claim.build
+            command = sandbox.worker_command(
+                package,
+                device.type == "cuda",
+                command,
+                uid,
+                build=None if build is None else build.folder,
+                writable=build is not None and not build.cached,
+            )
             values = limits(sandbox.memory, uid)
         process = subprocess.Popen(
             command,
@@ -210,6 +361,7 @@ class WorkerHandle:
             "definition": definition.model_dump_json(),
             "solution": solution.model_dump_json(),
             "package": str(package),
+            "build": None if claim is None else claim.build.to_dict(),
         }
         try:
             handle.loaded = handle.ask(init, [], protocol.Loaded)
