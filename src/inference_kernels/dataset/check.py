@@ -16,6 +16,7 @@ from ..errors import DatasetError, Problem
 from ..schema import CaptureRecord, Definition, SafetensorsInput, ScalarInput, Workload
 from . import blobs, constraints, receipts
 from .layout import Dataset
+from .shapes import dims
 from .signature import signature_problem
 
 
@@ -122,17 +123,42 @@ def _workload_problems(
             problems.append(Problem(file, f"{where}.inputs.{name}", "a tensor input has a scalar"))
     if declared == set(workload.axes):
         values = {**definition.const_axes(), **workload.axes}
-        problems += _constraint_problems(definition, values, file, where)
+        problems += _constraint_problems(
+            definition, values, file, where, _declared_shapes(definition, workload)
+        )
     return problems
 
 
+def _declared_shapes(definition: Definition, workload: Workload) -> dict[str, list[int]]:
+    """The shapes of the tensor inputs the workload gives, from its axes: enough for the
+    constraints that read inputs only through ``.shape``."""
+    sizes = dims(definition, workload)
+    return {
+        name: [sizes[axis] for axis in spec.shape]
+        for name, spec in definition.inputs.items()
+        if spec.shape is not None
+        and set(spec.shape) <= set(sizes)
+        and name in workload.inputs
+        and not isinstance(workload.inputs[name], ScalarInput)
+    }
+
+
 def _constraint_problems(
-    definition: Definition, values: dict, file: str, where: str
+    definition: Definition,
+    values: dict,
+    file: str,
+    where: str,
+    shapes: dict | None = None,
+    only_value_constraints: bool = False,
 ) -> list[Problem]:
     problems = []
     for expression in definition.constraints:
         try:
-            verdict = constraints.evaluate(expression, values)
+            if only_value_constraints and not constraints.needs_values(
+                expression, set(definition.inputs)
+            ):
+                continue  # evaluated already from the axes and declared shapes
+            verdict = constraints.evaluate(expression, values, shapes)
         except ValueError as error:  # a syntax error is reported once, per definition
             if not isinstance(error, constraints.ConstraintSyntaxError):
                 problems.append(Problem(file, where, f"constraint {expression!r}: {error}"))
@@ -158,7 +184,10 @@ def _blob_problems(
             except DatasetError as error:
                 problems.append(Problem(file, f"{where}.inputs.{name}", str(error.problem)))
     if not problems:
-        problems += _constraint_problems(definition, values, file, where)
+        shapes = _declared_shapes(definition, workload)
+        problems += _constraint_problems(
+            definition, values, file, where, shapes, only_value_constraints=True
+        )
     return problems
 
 
