@@ -26,14 +26,20 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
     environment row, and how many rows were dropped because their MAC fails."""
     if not path.is_file():
         raise DatasetError(path, "", "no such results file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DatasetError(path, "", "not UTF-8 text, so no results file") from None
+    except OSError as error:
+        raise DatasetError(path, "", f"cannot be read ({error.strerror or error})") from None
     secret = key(create=False)
     rows, dropped = [], 0
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested too deep: no results row
             raise DatasetError(path, f"line {number}", "not a JSON row") from None
         model = _MODELS.get(row.get("type")) if isinstance(row, dict) else None
         if model is None:
