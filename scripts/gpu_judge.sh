@@ -2,10 +2,11 @@
 # On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, the replay of the
 # captured (MiniLM) workloads on CUDA, then the baseline solutions judged on the smallest
 # and the dev workloads. STEPS picks steps (exploits,fidelity,ncu,run_to_run,replay,first,
-# dev; ncu and run_to_run are issue 11's agreement with Nsight Compute and run-to-run spread);
+# dev, languages; ncu and run_to_run are issue 11's agreement with Nsight Compute and
+# run-to-run spread; languages builds and judges a CUDA solution, issue 12);
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
-# Python packages the machine lacks (pydantic, pytest) come as wheels from .whl/, and
+# Python packages the machine lacks (pydantic, pytest, ninja) come as wheels from .whl/, and
 # bubblewrap (the sandbox) as a .deb from .whl/ (apt-get download bubblewrap).
 set -uo pipefail
 OUT=${OUT:-results/gpu}
@@ -23,6 +24,10 @@ fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
 if [[ $STEPS == *exploits* ]]; then
   timeout 300 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
+fi
+if [[ $STEPS == *languages* ]]; then  # needs the ninja wheel in .whl/ and nvcc
+  timeout 400 python3 -m pytest tests/judge/test_languages.py -m gpu -q -p no:cacheprovider 2>&1 \
+    | tee "$OUT/languages.log"
 fi
 if [[ $STEPS == *fidelity* ]]; then
   timeout 300 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"

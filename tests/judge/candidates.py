@@ -40,7 +40,7 @@ def candidates_request(tmp_path: Path, candidates: list[Path], **options) -> Req
     tmp_path/results.jsonl."""
     return Request(
         definitions=[DEFINITION],
-        solutions=["none"],
+        solutions=[],
         candidates=candidates,
         report=tmp_path / "results.jsonl",
         cache=tmp_path / "cache",

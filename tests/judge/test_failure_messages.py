@@ -14,7 +14,7 @@ SYNTAX_ERROR = "def run(q, k, v, state, A_log, a, dt_bias, b, scale)\n    return
 
 def _run(tmp_path, candidate, *extra):
     workloads = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())["dev"][:3]
-    args = ["run", "-d", DEFINITION, "-s", "none", "--candidate", str(candidate)]
+    args = ["run", "-d", DEFINITION, "--only-candidates", "--candidate", str(candidate)]
     for uuid in workloads:
         args += ["-w", uuid]
     args += ["--validation-only", "--report", str(tmp_path / "r.jsonl")]

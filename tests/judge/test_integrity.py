@@ -152,7 +152,7 @@ def test_text_a_solution_controls_is_printed_as_text(tmp_path):
     first, second = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())["dev"][:2]
     result = CliRunner().invoke(
         app,
-        ["run", "-d", DEFINITION, "-s", "none", "--candidate", str(candidate), "-w", first,
+        ["run", "-d", DEFINITION, "--only-candidates", "--candidate", str(candidate), "-w", first,
          "-w", second, "--validation-only", "--report", str(tmp_path / "r.jsonl"),
          "--cache", str(tmp_path / "cache")],
         terminal_width=300,

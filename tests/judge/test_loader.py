@@ -73,7 +73,7 @@ def test_destination_passing_solution_is_judged(tmp_path):
     candidate.write_text(make(DPS_MAIN, True).model_dump_json())
     request = Request(
         definitions=[DEFINITION],
-        solutions=["none"],
+        solutions=[],
         candidates=[candidate],
         report=tmp_path / "r.jsonl",
         cache=tmp_path / "cache",

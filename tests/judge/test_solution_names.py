@@ -25,9 +25,9 @@ def test_two_candidate_files_of_one_name_are_each_judged_on_their_own_code(tmp_p
     bad.write_text(HONEST + ZEROS)
     request = candidates_request(tmp_path, [good, bad], validation_only=True, timeout=30)
     rows = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
-    named = sorted((r["status"], r.get("uuid") is None) for r in rows if r["solution"] != "none")
+    named = sorted((r["status"], r.get("uuid") is None) for r in rows)
     # v2/main.py must not be judged as v1 (it was: one worker per name ran v1's code for
     # both); it is refused with a failed row that names it, and v1 is judged.
     assert named == [("load_failed", True), ("passed", False)]
-    (refused,) = [r for r in rows if r["solution"] != "none" and r["status"] == "load_failed"]
+    (refused,) = [r for r in rows if r["status"] == "load_failed"]
     assert "v2/main.py" in refused["error"] and "rename" in refused["error"]

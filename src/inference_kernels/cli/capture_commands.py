@@ -18,8 +18,10 @@ from .common import (
     JsonOption,
     WorkloadOption,
     _cases,
+    _device_value,
     _fail,
     _progress,
+    _writable,
     app,
     console,
 )
@@ -34,7 +36,11 @@ def capture_minilm(
         "captures/minilm"
     ),
     device: Annotated[
-        str, typer.Option(help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.")
+        str,
+        typer.Option(
+            help="auto (CUDA when present, else the CPU), cpu, cuda or cuda:N.",
+            callback=_device_value,
+        ),
     ] = "auto",
     sentence: Annotated[
         list[str] | None,
@@ -55,6 +61,7 @@ def capture_minilm(
     from ..capture import minilm
     from ..capture.writer import CaptureError
 
+    _writable(output, folder=True)
     sentences = sentence or minilm.SENTENCES
     with _progress() as progress:
         bar = progress.add_task("requests", total=len(sentences))
@@ -105,6 +112,7 @@ def replay(
     for finite outputs of the declared shapes; workloads with stand-in inputs are skipped."""
     from ..materialize.reference_runs import run_case
 
+    _writable(report)
     loaded, cases = _cases(dataset, definition, "all", workload)
     captured = [(d, w) for d, w in cases if _all_captured(w)]
     skipped = len(cases) - len(captured)
@@ -197,6 +205,8 @@ def import_capture(
     nothing) when the capture fails `check`, or a uuid or a definition conflicts."""
     from ..dataset.merge import merge
 
+    if not any((capture / "definitions").glob("**/*.json")):
+        _fail(f"{capture}: not a capture (no definitions/*/*.json; `capture` writes one)")
     try:
         summary = merge(capture, into)
     except DatasetError as error:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import DatasetError
@@ -34,13 +39,31 @@ def default_dataset() -> Path:
     return Path("dataset") if Path("dataset/definitions").is_dir() else BUNDLED
 
 
+def _device_value(value: str) -> str:
+    """cpu, cuda or cuda:N (the commands that also take auto check it themselves)."""
+    kind, _, index = value.partition(":")
+    if value in ("cpu", "cuda", "auto") or (kind == "cuda" and index.isdigit()):
+        return value
+    raise typer.BadParameter(f"{value!r} is not cpu, cuda or cuda:N")
+
+
+def _existing_folder(value: Path | None) -> Path | None:
+    if value is not None and not value.is_dir():
+        raise typer.BadParameter(f"{value}: no such folder")
+    return value
+
+
 DatasetOption = Annotated[
     Path | None,
     typer.Option("--dataset", help="Dataset root (definitions/, workloads/, tasks/...)."),
 ]
 DataRootOption = Annotated[
     Path | None,
-    typer.Option("--data-root", help="Where blob paths resolve; defaults to the dataset root."),
+    typer.Option(
+        "--data-root",
+        help="Where blob paths resolve; defaults to the dataset root.",
+        callback=_existing_folder,
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document for machines.")]
 DefinitionOption = Annotated[
@@ -49,7 +72,7 @@ DefinitionOption = Annotated[
 WorkloadOption = Annotated[
     list[str] | None, typer.Option("--workload", "-w", help="Only this workload uuid (repeatable).")
 ]
-DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")]
+DeviceOption = Annotated[str, typer.Option(help="cpu, cuda or cuda:N.", callback=_device_value)]
 SuiteOption = Annotated[
     str,
     typer.Option(
@@ -59,9 +82,25 @@ SuiteOption = Annotated[
 
 
 def _load(dataset: Path | None):
+    """The dataset at ``dataset`` (default: ``default_dataset()``); a folder that is no
+    dataset (empty, or without definitions) is an error, not an empty success."""
     from ..dataset.layout import load_dataset
 
-    return load_dataset(dataset or default_dataset())
+    root = dataset or default_dataset()
+    if root.is_dir() and not any((root / "definitions").glob("**/*.json")):
+        found = "is empty" if not any(root.iterdir()) else "has no definitions/*/*.json"
+        _fail(f"{root}: not a dataset: it {found} (a FlashInfer Trace dataset has definitions/)")
+    return load_dataset(root)
+
+
+def _known(kind: str, name: str, known: Iterable[str]) -> None:
+    """Fail with "did you mean" when ``name`` is not among ``known``."""
+    known = sorted(known)
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    _fail(f"no {kind} named {name!r}{hint}")
 
 
 def _cases(dataset, definition, suite, workload):
@@ -72,6 +111,8 @@ def _cases(dataset, definition, suite, workload):
         _fail(f"--suite {suite!r} is not first, dev or all")
     try:
         loaded = _load(dataset)
+        for name in definition or []:
+            _known("definition", name, loaded.definitions)
         return loaded, select(loaded, definition, suite, workload)
     except DatasetError as error:
         _fail(str(error))
@@ -105,12 +146,97 @@ def _writable(path: Path, *, folder: bool = False) -> None:
         _fail(f"{path}: cannot be written ({error.strerror or error})")
 
 
+def _json_wanted() -> bool:
+    """Whether the running command was given --json (its ``as_json`` parameter)."""
+    try:  # typer >= 0.29 vendors click; older typer uses click itself
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover
+        from click import get_current_context
+    context = get_current_context(silent=True)
+    return bool(context and context.params.get("as_json"))
+
+
 def _fail(message: str, code: int = 2) -> None:
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    """One line on stderr (with --json: one JSON document on stdout), then exit ``code``:
+    2 for a usage error, 1 for work that failed."""
+    if _json_wanted():
+        print(json.dumps({"error": message, "exit_code": code}))
+    else:
+        errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _progress(transient: bool = True) -> Progress:
+class PlainProgress:
+    """Progress off a terminal (logs, CI, agents): a plain line when work starts, then at
+    most one every ``every`` seconds, and one at the end: done/total, the rate, the ETA
+    and what is being worked on. Implements the part of rich's Progress the commands use."""
+
+    def __init__(self, every: float = 30.0, out=sys.stderr, clock=time.monotonic):
+        self.every, self.out, self.clock = every, out, clock  # out None: silent
+        self.tasks: dict[int, dict] = {}
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *_) -> None:
+        for task in self.tasks.values():
+            if task["done"] and task["printed"] != task["done"]:
+                self._line(task)
+
+    def add_task(self, description: str, total: float | None = None, **_) -> int:
+        now = self.clock()
+        self.tasks[len(self.tasks)] = {
+            "description": description,
+            "total": total,
+            "done": 0,
+            "started": now,
+            "last": now - self.every,
+            "printed": -1,
+        }
+        return len(self.tasks) - 1
+
+    def update(
+        self, task_id: int, *, total=None, completed=None, description=None, advance=0, **_
+    ) -> None:
+        task = self.tasks[task_id]
+        task["total"] = total if total is not None else task["total"]
+        task["description"] = description or task["description"]
+        before = task["done"]
+        task["done"] = (completed if completed is not None else task["done"]) + advance
+        finished = task["total"] is not None and task["done"] >= task["total"]
+        moved = task["done"] != before
+        if moved and (finished or self.clock() - task["last"] >= self.every):
+            self._line(task)
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def _line(self, task: dict) -> None:
+        if self.out is None:
+            return
+        now = self.clock()
+        elapsed, done, total = now - task["started"], task["done"], task["total"]
+        parts = [f"{task['description']}: {done}/{total if total is not None else '?'}"]
+        if done:
+            each = elapsed / done  # cases take seconds; fetch counts bytes
+            parts.append(f"{each:.1f} s each" if each >= 0.1 else f"{done / elapsed:.3g}/s")
+            if total is not None and total > done:
+                parts.append(f"ETA {_duration(elapsed / done * (total - done))}")
+        parts.append(f"elapsed {_duration(elapsed)}")
+        print(", ".join(parts), file=self.out, flush=True)
+        task["last"], task["printed"] = now, done
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
+
+
+def _progress(transient: bool = True) -> Progress | PlainProgress:
+    """A progress bar on a terminal; plain progress lines (stderr) elsewhere, none with
+    --json (whose reader wants one document)."""
+    if not errors.is_terminal:
+        return PlainProgress(out=None if _json_wanted() else sys.stderr)
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -118,5 +244,4 @@ def _progress(transient: bool = True) -> Progress:
         TimeElapsedColumn(),
         console=errors,
         transient=transient,
-        disable=not errors.is_terminal,
     )

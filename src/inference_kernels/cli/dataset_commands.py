@@ -21,8 +21,10 @@ from .common import (
     WorkloadOption,
     _cases,
     _fail,
+    _known,
     _load,
     _progress,
+    _writable,
     app,
     console,
 )
@@ -90,7 +92,7 @@ def show(
     try:
         loaded = _load(dataset)
         for name in definition or []:
-            loaded.definition(name)
+            _known("definition", name, loaded.definitions)
     except DatasetError as error:
         _fail(str(error))
     names = [n for n in sorted(loaded.definitions) if not definition or n in definition]
@@ -215,6 +217,8 @@ def materialize(
     from ..materialize import inputs as inputs_module
     from ..materialize.export import export_dataset
 
+    if output is not None:
+        _writable(output, folder=True)
     loaded, cases = _cases(dataset, definition, suite, workload)
     try:
         if output is not None:
@@ -293,6 +297,8 @@ def reference(
     """Materialize workloads and run their references: finite outputs of the declared shapes?"""
     from ..materialize.reference_runs import run_case
 
+    if report is not None:
+        _writable(report)
     loaded, cases = _cases(dataset, definition, suite, workload)
     runs = []
     stream = report.open("a") if report else None

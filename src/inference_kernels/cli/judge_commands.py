@@ -30,6 +30,7 @@ from .common import (
     WorkloadOption,
     _cases,
     _fail,
+    _known,
     _load,
     _progress,
     _writable,
@@ -58,8 +59,20 @@ def run(
     ] = None,
     candidate: Annotated[
         list[Path] | None,
-        typer.Option(help="A main.py defining run(), or a solution JSON, for one --definition."),
+        typer.Option(
+            help="Your solution, for one --definition (repeatable): a .py file defining run(), "
+            "a solution JSON, or a folder with solution.json (what `new` writes). The "
+            "definition's dataset solutions (its baseline) are judged with it."
+        ),
     ] = None,
+    name: Annotated[
+        list[str] | None,
+        typer.Option("--name", help="Name the candidates in the rows, in --candidate order."),
+    ] = None,
+    only_candidates: Annotated[
+        bool,
+        typer.Option("--only-candidates", help="Judge only the candidates, no dataset solution."),
+    ] = False,
     suite: Annotated[
         str | None,
         typer.Option(help="first, dev or all (default: dev on CUDA, first on the CPU)."),
@@ -128,6 +141,8 @@ def run(
         _writable(report)
     if device not in ("cpu", "cuda", "auto"):
         _fail(f"--device {device!r} is not cpu, cuda or auto")
+    if timeout <= 0:
+        _fail(f"--timeout {timeout}: a case needs a positive number of seconds")
     if regime not in schema.REGIMES:
         _fail(f"--regime {regime!r} is not one of {', '.join(schema.REGIMES)}")
     if device == "auto":
@@ -140,10 +155,12 @@ def run(
         indices = gpus.split(",") if gpus else [str(i) for i in range(torch.cuda.device_count())]
         devices = [f"cuda:{index.strip()}" for index in indices]
     loaded, _ = _cases(dataset, definition, suite, workload)
+    _check_solutions(loaded, definition, solution, candidate or [], name or [], only_candidates)
     request = Request(
         definitions=definition,
-        solutions=solution,
+        solutions=[] if only_candidates else solution,
         candidates=candidate or [],
+        names=name or [],
         suite=suite,
         workloads=workload,
         devices=devices,
@@ -164,7 +181,7 @@ def run(
         seen: dict[tuple, int] = {}  # failure cause -> workloads it happened on
 
         def on_row(row) -> None:
-            progress.advance(bar)
+            progress.update(bar, advance=1, description=f"judging {row.definition[:40]}")
             if row.status == "passed" or as_json:
                 return
             key = cause(row.solution, row.status, row.error)
@@ -206,6 +223,26 @@ def run(
     console.print(f"results: {report}" if report else "", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _check_solutions(loaded, definitions, solutions, candidates, names, only) -> None:
+    """Usage errors of run's solution options, before any case runs."""
+    known = set(loaded.solutions) | {
+        Path(p.file).stem for p in loaded.problems if p.file.startswith("solutions/")
+    }
+    for solution in solutions or []:
+        _known("solution", solution, known)
+    if candidates and len(definitions or []) != 1:
+        _fail("--candidate needs exactly one --definition (-d NAME)")
+    for path in candidates:
+        if not path.exists():
+            _fail(f"--candidate {path}: no such file or folder")
+    if len(names) > len(candidates):
+        _fail(f"{len(names)} --name for {len(candidates)} --candidate")
+    if only and not candidates:
+        _fail("--only-candidates needs a --candidate")
+    if only and solutions:
+        _fail("--only-candidates and --solution exclude each other")
 
 
 def _run_table(table: list[dict]) -> None:
@@ -258,10 +295,12 @@ def _read(path: Path) -> list[dict]:
 
     try:
         rows, dropped = read_rows(path)
-    except DatasetError as error:
+    except (DatasetError, ValueError) as error:  # ValueError: the key file names itself
         _fail(str(error))
     if dropped:
         errors.print(f"[yellow]warning:[/yellow] {dropped_note(path, dropped)}", highlight=False)
+    if not any(row.get("type") == "case" for row in rows):
+        _fail(f"{path}: holds no case rows signed by this judge")
     return rows
 
 

@@ -55,7 +55,9 @@ class Manifest:
 
     @classmethod
     def of(cls, dataset: Dataset, definitions: set[str], candidates: list[Path]) -> Manifest:
-        files = [dataset.root / "captures.jsonl"] + [Path(c).resolve() for c in candidates]
+        files = [dataset.root / "captures.jsonl"]
+        for candidate in (Path(c).resolve() for c in candidates):  # a folder: all its files
+            files += sorted(p for p in candidate.rglob("*") if p.is_file()) or [candidate]
         for name in definitions:
             files.append(dataset.definition_files[name])
             files.append(dataset.root / "tasks" / f"{name}.json")

@@ -22,7 +22,7 @@ from ..dataset.selection import Suite, select
 from ..errors import DatasetError
 from ..schema import CaseRow, Solution
 from ..signing import key_folder
-from .loader import candidate_solution
+from .candidates import candidate_solution
 from .manifest import Manifest
 from .results import Earlier, ResultWriter, digest, earlier_rows, environment_row
 from .sandbox import Sandbox, bwrap_path, probe, record
@@ -32,8 +32,9 @@ from .scheduler import Job, Options, run_jobs
 @dataclass
 class Request:
     definitions: list[str] | None = None
-    solutions: list[str] | None = None
+    solutions: list[str] | None = None  # None: every solution of the definitions; []: none
     candidates: list[Path] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # the first candidates' names (--name)
     suite: Suite = "first"
     workloads: list[str] | None = None
     devices: list[str] = field(default_factory=lambda: ["cpu"])
@@ -50,6 +51,8 @@ class Request:
     def __post_init__(self) -> None:
         if self.regime not in schema.REGIMES:
             raise ValueError(f"regime {self.regime!r} is not one of {', '.join(schema.REGIMES)}")
+        if len(self.names) > len(self.candidates):
+            raise ValueError(f"{len(self.names)} names for {len(self.candidates)} candidates")
 
 
 class NoSandbox(Exception):
@@ -86,22 +89,23 @@ def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list
         s
         for s in dataset.solutions.values()
         if (not request.definitions or s.definition in request.definitions)
-        and (not request.solutions or s.name in request.solutions)
+        and (request.solutions is None or s.name in request.solutions)
     ]
     failed = []
     for problem in dataset.problems:
         stem = Path(problem.file).stem
         if problem.file.startswith("solutions/") and (
-            not request.solutions or stem in request.solutions
+            request.solutions is None or stem in request.solutions
         ):
             failed.append(_failed_row(request, stem, str(problem)))
-    for path in request.candidates:
+    for index, path in enumerate(request.candidates):
         if not request.definitions or len(request.definitions) != 1:
             raise DatasetError(path, "--candidate", "needs exactly one --definition")
+        name = request.names[index] if index < len(request.names) else None
         try:
-            candidate = candidate_solution(path, request.definitions[0])
+            candidate = candidate_solution(path, request.definitions[0], name)
         except DatasetError as error:
-            failed.append(_failed_row(request, f"candidate:{path.name}", str(error)))
+            failed.append(_failed_row(request, name or f"candidate:{path.name}", str(error)))
             continue
         if candidate.definition != request.definitions[0]:
             error = (
