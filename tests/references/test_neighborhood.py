@@ -98,3 +98,25 @@ def test_each_query_sees_exactly_its_shifted_window(reference, const_axes):
             expected = torch.zeros(length)
             expected[list(w)] = 1.0 / len(w)
             torch.testing.assert_close(row[offset : offset + length], expected, atol=4e-3, rtol=0)
+
+
+def test_the_gpu_block_shape_gives_the_cpu_block_shape_answer(dataset):
+    """On CUDA the reference takes larger blocks of queries (fewer launches); every
+    query's softmax is still over its own window, so both block shapes agree, here on
+    the 11x11x11 window, on sizes that are multiples of neither block."""
+    name = "neighborhood_attention_3d_h4_d64_kt11_ky11_kx11"
+    namespace: dict = {}
+    exec(dataset.definitions[name].reference, namespace)
+    tiles = namespace["TILES"]
+    assert tiles["cpu"] != tiles["cuda"]
+    torch.manual_seed(1)
+    shape = (1, 13, 18, 21, 4, 64)
+    Q, K, V = (torch.randn(shape) * 0.25).bfloat16(), torch.randn(shape), torch.randn(shape)
+    K, V = K.bfloat16(), V.bfloat16()
+    cpu = namespace["run_tiled"](Q, K, V, tiles["cpu"])
+    gpu = namespace["run_tiled"](Q, K, V, tiles["cuda"])
+    assert namespace["run"](Q, K, V).equal(cpu)  # the CPU takes the CPU blocks
+    # The same FP32 sums over more (masked, exactly zero) terms: at most a rounding apart.
+    assert (cpu.float() - gpu.float()).abs().max() <= 2 ** -7 * cpu.float().abs().max()
+    mismatched = (cpu != gpu).float().mean().item()
+    assert mismatched < 0.01, mismatched
