@@ -292,6 +292,13 @@ def reference(
     report: Annotated[
         Path | None, typer.Option(help="Append one JSON line per case to this file.")
     ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also keep the outputs in this judge cache (run --cache DIR): a later run "
+            "on the same device type finds every reference computed, e.g. --suite all."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Materialize workloads and run their references: finite outputs of the declared shapes?"""
@@ -299,6 +306,8 @@ def reference(
 
     if report is not None:
         _writable(report)
+    if cache is not None:
+        _writable(cache / "references", folder=True)
     loaded, cases = _cases(dataset, definition, suite, workload)
     runs = []
     stream = report.open("a") if report else None
@@ -312,6 +321,7 @@ def reference(
                 data_root=data_root or loaded.root,
                 device=device,
                 capture=loaded.captures.get(w.uuid),
+                keep=_keeper(cache, d, w, device),
             )
             runs.append(run)
             if stream:
@@ -327,6 +337,17 @@ def reference(
         _reference_table(runs)
     if failed:
         raise typer.Exit(1)
+
+
+def _keeper(cache: Path | None, definition, workload, device: str):
+    """Stores a workload's reference outputs where the judge looks for them, or None."""
+    if cache is None:
+        return None
+    from ..judge.reference_cache import ReferenceCache, reference_key
+    from ..signing import key
+
+    store = ReferenceCache(cache / "references", key()).store
+    return lambda outputs: store(reference_key(definition, workload, device), outputs)
 
 
 def _reference_table(runs) -> None:

@@ -22,6 +22,7 @@ from .. import statuses
 from ..schema import CaseRow, Solution
 from . import referee
 from .results import ResultWriter, digest
+from .stopwatch import with_other
 
 if TYPE_CHECKING:
     from .scheduler import Job, Options
@@ -123,9 +124,10 @@ class Lane:
         prepared = None
         for solution in job.solutions:
             row = self._row(job, solution)
-            started = time.monotonic()
+            started, parts = time.monotonic(), {}
             if prepared is None or (prepared.get("ok") and self.process is None):
                 prepared = self._ask(request, "prepared", self.options.reference_timeout)
+                parts.update(prepared.get("seconds", {}))  # the workload's: on its first row
             if not prepared.get("ok"):
                 row.status, row.error = prepared["status"], prepared["error"]
             else:
@@ -138,7 +140,9 @@ class Lane:
                 row.status, row.error = verdict["status"], verdict.get("error")
                 row.outputs = verdict.get("outputs", {})
                 row.timing = verdict.get("timing", {})
+                parts.update(verdict.get("seconds", {}))
             row.seconds = round(time.monotonic() - started, 3)
+            row.breakdown = with_other(parts, row.seconds)
             self.writer.write(row)
             self.on_row(row)
 

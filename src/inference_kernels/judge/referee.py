@@ -32,6 +32,7 @@ from .reference_cache import ReferenceCache, reference_key
 from .sampling import Sampler
 from .schedule import Plan, plan
 from .sets import InputSets, set_bytes
+from .stopwatch import Stopwatch
 from .workers import CaseEnded, WorkerHandle, start_or_fail
 
 # A GPU is loaded this long before its first timed case. Under a power cap the clock a
@@ -82,6 +83,7 @@ class Referee:
         self.workers: dict[str, WorkerHandle | str] = {}
         self.preheated = False
         self.clock = clocks.reader(self.device)
+        self.watch = Stopwatch()  # the current case's steps (judge())
 
     # ------------------------------------------------------------------ workloads
 
@@ -93,26 +95,29 @@ class Referee:
         workload = schema.Workload.model_validate(message["workload"])
         capture = message.get("capture")
         capture = schema.CaptureRecord.model_validate(capture) if capture else None
+        watch = Stopwatch()
         try:
-            made = materialize(
-                definition,
-                workload,
-                data_root=Path(message["data_root"]),
-                device=self.device,
-                capture=capture,
-            )
+            with watch.span("inputs"):
+                made = materialize(
+                    definition,
+                    workload,
+                    data_root=Path(message["data_root"]),
+                    device=self.device,
+                    capture=capture,
+                )
         except DatasetError as error:
             return {"ok": False, "status": statuses.INPUT_ERROR, "error": str(error)}
         key = reference_key(definition, workload, str(self.device))
-        expected = self.cache.load(key, self.device)
-        cached = expected is not None
-        if expected is None:
-            expected = self._reference(definition, workload, made.values)
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()  # the reference's temporaries: room for the inputs
-            if isinstance(expected, str):
-                return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
-            self.cache.store(key, expected)
+        with watch.span("reference"):
+            expected = self.cache.load(key, self.device)
+            cached = expected is not None
+            if expected is None:
+                expected = self._reference(definition, workload, made.values)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()  # the reference's temporaries: room for inputs
+                if isinstance(expected, str):
+                    return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
+                self.cache.store(key, expected)
         self.current = Workload(
             definition,
             workload,
@@ -126,6 +131,7 @@ class Referee:
             "inputs": made.origin,
             "generator": made.generator,
             "reference_cached": cached,
+            "seconds": watch.rounded(),
         }
 
     def _reference(self, definition, workload, inputs) -> list[torch.Tensor] | str:
@@ -206,15 +212,17 @@ class Referee:
         if self.current is None:
             verdict.update(status=statuses.REFERENCE_ERROR, error="no workload is prepared")
             return verdict
-        worker = None
+        worker, self.watch = None, Stopwatch()
         try:
-            worker = self._worker(solution)
+            with self.watch.span("worker"):
+                worker = self._worker(solution)
             self._case(worker, verdict)
         except CaseEnded as ended:
             verdict.update(status=ended.status, error=ended.error)
         finally:
             if worker is not None:
                 worker.end_case()
+        verdict["seconds"] = self.watch.rounded()
         return verdict
 
     def _compare(self, method: str, produced: list[torch.Tensor], expected, verdict) -> None:
@@ -236,10 +244,14 @@ class Referee:
         call = InputSets(job.pristine, names, 1, self.device, allocate=worker.lend)
         message, fds = call.message("case")
         message["workload"] = job.workload.model_dump(mode="json")
-        checked = worker.ask(message, fds, protocol.Checked)
-        if len(checked.outputs) != len(job.expected):
-            raise CaseEnded(statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count")
-        self._compare("call", worker.read(checked.outputs, job.expected), job.expected, verdict)
+        with self.watch.span("call"):
+            checked = worker.ask(message, fds, protocol.Checked)
+            if len(checked.outputs) != len(job.expected):
+                raise CaseEnded(
+                    statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count"
+                )
+            produced = worker.read(checked.outputs, job.expected)
+            self._compare("call", produced, job.expected, verdict)
         changed = call.changed([{}], None)
         if changed:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")
@@ -276,13 +288,13 @@ class Referee:
     def _time(self, worker: WorkerHandle, verdict: dict[str, Any], first_call: float) -> None:
         job = self.current
         regime = self.options.get("regime", "sustained")
-        if self.device.type == "cuda":
-            if regime == "sustained":  # the clocks of a busy server
+        with self.watch.span("device_load"):
+            if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
                 if not self.preheated:
                     timing.load(self.device, PREHEAT_SECONDS)
                     self.preheated = True
                 timing.load(self.device, STEADY_SECONDS)
-            else:  # burst: the clocks of a device that was resting
+            elif self.device.type == "cuda":  # burst: the clocks of a device that was resting
                 time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
             job.fresh = Fresh(job.pristine)
@@ -291,6 +303,31 @@ class Referee:
             methods.append("prepared")
         if self.device.type == "cuda" or timing.FAKE_GRAPH:
             methods.append("graph")
+        with self.watch.span("sizing"):
+            sampler = self._sampler(worker, first_call, regime)
+        verdict["timing"]["regime"] = regime
+        verdict["timing"]["schedule"] = {
+            "warmup": sampler.plan.warmup,
+            "iters": sampler.plan.iters,
+            "trials": sampler.plan.trials,
+        }
+        launch = "prepared" if worker.loaded.prepare else None
+        with self.watch.span("samples"):
+            verdict["timing"].update(sampler.time_methods(methods, launch))
+        verdict["timing"]["sets"] = {
+            "count": sampler.sets.count,
+            "integers_shared": sampler.sets.share_integers,
+        }
+        with self.watch.span("checks"):
+            for method, checks in sampler.checks.items():
+                for window, produced in checks:
+                    self._check(method, window, produced, verdict)
+        if sampler.suspect:
+            raise CaseEnded(statuses.TIMING_SUSPECT, sampler.suspect[0])
+
+    def _sampler(self, worker: WorkerHandle, first_call: float, regime: str) -> Sampler:
+        """A sampler with its input sets and its schedule, sized from a calibration."""
+        job = self.current
         fit, share = self._fit(worker)
         cold = bool(self.options.get("cold_l2"))
         warmup = max(1, min(job.timing["warmup"], int(0.1 / max(first_call, 1e-6)), fit))
@@ -304,24 +341,8 @@ class Referee:
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:
-            sampler.sets = sets = self._sets(worker, sampler.plan.iters, share)
-        verdict["timing"]["regime"] = regime
-        verdict["timing"]["schedule"] = {
-            "warmup": sampler.plan.warmup,
-            "iters": sampler.plan.iters,
-            "trials": sampler.plan.trials,
-        }
-        launch = "prepared" if worker.loaded.prepare else None
-        verdict["timing"].update(sampler.time_methods(methods, launch))
-        verdict["timing"]["sets"] = {
-            "count": sampler.sets.count,
-            "integers_shared": sampler.sets.share_integers,
-        }
-        for method, checks in sampler.checks.items():
-            for window, produced in checks:
-                self._check(method, window, produced, verdict)
-        if sampler.suspect:
-            raise CaseEnded(statuses.TIMING_SUSPECT, sampler.suspect[0])
+            sampler.sets = self._sets(worker, sampler.plan.iters, share)
+        return sampler
 
 
 def main(device: str, requests, replies, options: dict[str, Any], log: str) -> None:

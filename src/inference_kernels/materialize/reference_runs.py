@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -61,9 +62,11 @@ def run_case(
     device: str,
     capture: CaptureRecord | None = None,
     tolerance: Tolerance | None = None,
+    keep: Callable[[list[torch.Tensor]], None] | None = None,
 ) -> ReferenceRun:
     """With ``tolerance``, the reference outputs are also compared with the engine outputs
-    the capture record names (a replay)."""
+    the capture record names (a replay). ``keep`` receives outputs that passed (the judge's
+    reference cache, filled ahead of a run)."""
     target = torch.device(device)
     run = ReferenceRun(definition.name, workload.uuid, dict(workload.axes), str(target))
     if target.type == "cuda":
@@ -92,6 +95,8 @@ def run_case(
             if isinstance(value, torch.Tensor)
         ]
         run.status = "failed" if run.problems else "passed"
+        if keep is not None and not run.problems:
+            keep(outputs)
         if tolerance is not None and not run.problems:
             _compare_with_engine(run, definition, workload, outputs, capture, data_root, tolerance)
     except DatasetError as error:

@@ -1,0 +1,62 @@
+"""Where the cases' seconds went, from the rows' ``breakdown`` (judge/stopwatch.py).
+
+    python scripts/case_breakdown.py RESULTS.jsonl [...] [--by-definition]
+
+Prints the seconds summed over all cases per step (inputs, reference, worker, call,
+device_load, sizing, samples, checks, other) with their share, and with --by-definition
+the same per definition. Rows written before the breakdown existed are counted apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+STEPS = ("inputs", "reference", "worker", "call", "device_load", "sizing", "samples", "checks")
+
+
+def table(totals: dict[str, float], cases: int) -> str:
+    whole = sum(totals.values()) or 1.0
+    steps = [*STEPS, *sorted(set(totals) - set(STEPS) - {"other"}), "other"]
+    lines = [f"{'step':12s} {'seconds':>10s} {'share':>7s} {'per case':>9s}"]
+    for step in steps:
+        value = totals.get(step, 0.0)
+        lines.append(f"{step:12s} {value:10.1f} {value / whole:7.1%} {value / max(cases, 1):9.3f}")
+    lines.append(f"{'total':12s} {whole:10.1f} {1:7.0%} {whole / max(cases, 1):9.3f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path)
+    parser.add_argument("--by-definition", action="store_true")
+    options = parser.parse_args()
+    totals: dict[str, float] = defaultdict(float)
+    by_definition: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counted: dict[str, int] = defaultdict(int)
+    cases = without = 0
+    for path in options.results:
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("type") != "case":
+                continue
+            if not row.get("breakdown"):
+                without += 1
+                continue
+            cases += 1
+            counted[row["definition"]] += 1
+            for step, seconds in row["breakdown"].items():
+                totals[step] += seconds
+                by_definition[row["definition"]][step] += seconds
+    print(f"{cases} cases with a breakdown" + (f", {without} without" if without else ""))
+    print(table(totals, cases))
+    if options.by_definition:
+        for name in sorted(by_definition, key=lambda n: -sum(by_definition[n].values())):
+            print(f"\n{name} ({counted[name]} cases)")
+            print(table(by_definition[name], counted[name]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Every case row says where its seconds went (judge/stopwatch.py), and the steps add up
+to the row's wall time."""
+
+from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge.session import judge
+
+STEPS = {"inputs", "reference", "worker", "call", "device_load", "sizing", "samples", "checks"}
+
+
+def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):
+    honest = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    request = candidates_request(tmp_path, [honest], timeout=60)
+    (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
+    assert row["status"] == "passed", row
+    parts = row["breakdown"]
+    assert set(parts) == STEPS | {"other"}, parts
+    assert abs(sum(parts.values()) - row["seconds"]) < 0.01, (parts, row["seconds"])
+    assert parts["samples"] > 0 and parts["reference"] > 0 and parts["worker"] > 0
+    assert parts["other"] < 0.5 * row["seconds"], parts  # the steps are most of the case
+
+
+def test_a_case_that_fails_at_its_first_call_still_has_a_breakdown(tmp_path):
+    raises = write_candidate(tmp_path, "raises", "def run(*args):\n    raise ValueError('no')\n")
+    request = candidates_request(tmp_path, [raises], timeout=60)
+    (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
+    assert row["status"] == "runtime_error", row
+    assert {"inputs", "reference", "worker", "call", "other"} <= set(row["breakdown"])
+    assert "samples" not in row["breakdown"]
+
+
+def test_reference_fills_the_judges_cache_so_a_run_computes_no_reference(tmp_path):
+    """`reference --cache DIR` (e.g. --suite all ahead of an audit) stores each workload's
+    outputs where `run --cache DIR` looks: the run then spends no time on the reference."""
+    from typer.testing import CliRunner
+
+    from inference_kernels.cli import app
+
+    cache = tmp_path / "cache"
+    done = CliRunner().invoke(app, ["reference", "-d", DEFINITION, "--cache", str(cache)])
+    assert done.exit_code == 0, done.output
+    (entry,) = (cache / "references").glob("*.safetensors")
+    stored = entry.stat().st_mtime_ns
+    honest = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    request = candidates_request(tmp_path, [honest], timeout=60, validation_only=True)
+    (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
+    assert row["status"] == "passed", row
+    assert entry.stat().st_mtime_ns == stored  # found, not computed again
+    assert row["breakdown"]["reference"] < 0.5, row["breakdown"]
