@@ -77,6 +77,7 @@ CASES = {
         ["--timeout", "-1", *R],
         ["--dataset", "DIR", *R],
         ["--device", "cuda", *R],
+        ["--ray", "auto", "--gpus", "0", *R],
     ],
     "compare": [["MISSING"], ["DIR"], ["EMPTY"], ["GARBAGE"], ["TRUNCATED"], ["FOREIGN"], []],
     "summary": [["MISSING"], ["GARBAGE"], ["FOREIGN"], ["EMPTY", "-o", "UNDER_FILE"]],

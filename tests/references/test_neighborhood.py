@@ -117,6 +117,6 @@ def test_the_gpu_block_shape_gives_the_cpu_block_shape_answer(dataset):
     gpu = namespace["run_tiled"](Q, K, V, tiles["cuda"])
     assert namespace["run"](Q, K, V).equal(cpu)  # the CPU takes the CPU blocks
     # The same FP32 sums over more (masked, exactly zero) terms: at most a rounding apart.
-    assert (cpu.float() - gpu.float()).abs().max() <= 2 ** -7 * cpu.float().abs().max()
+    assert (cpu.float() - gpu.float()).abs().max() <= 2**-7 * cpu.float().abs().max()
     mismatched = (cpu != gpu).float().mean().item()
     assert mismatched < 0.01, mismatched

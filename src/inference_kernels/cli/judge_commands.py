@@ -84,6 +84,19 @@ def run(
     gpus: Annotated[
         str | None, typer.Option(help="CUDA devices to use, e.g. 0,1 (default: all).")
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Judge on a Ray cluster (an address, or auto): each workload is a Ray task "
+            "on one GPU (--device cuda) or one CPU of some node, in that node's sandbox; "
+            "only this process writes and signs the report. The dataset (and --data-root) "
+            "must be at the same path on every node, and the judge installed there in the "
+            "same version; candidate files are read here and sent with the tasks. "
+            "See docs/ray.md.",
+        ),
+    ] = None,
     report: Annotated[Path | None, typer.Option(help="Write result rows (JSONL) here.")] = Path(
         "results/results.jsonl"
     ),
@@ -131,6 +144,7 @@ def run(
     bwrap the run refuses to start unless --no-sandbox is given."""
     import torch
 
+    from ..judge.ray_backend import RayUnavailable, cluster_has_gpus
     from ..judge.session import NoSandbox, Request, judge
     from ..report.failures import cause, grouped
     from ..report.tables import solution_table
@@ -145,11 +159,20 @@ def run(
         _fail(f"--timeout {timeout}: a case needs a positive number of seconds")
     if regime not in schema.REGIMES:
         _fail(f"--regime {regime!r} is not one of {', '.join(schema.REGIMES)}")
+    if ray is not None and gpus is not None:
+        _fail("--ray and --gpus exclude each other: Ray gives each task one GPU of some node")
+    if ray is not None and device == "auto":  # the cluster's devices, not this host's
+        try:
+            device = "cuda" if cluster_has_gpus(ray) else "cpu"
+        except RayUnavailable as error:
+            _fail(str(error))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     suite = suite or ("dev" if device == "cuda" else "first")
     devices = ["cpu"]
-    if device == "cuda":
+    if ray is not None:
+        devices = [device]  # the type; Ray picks the node and the GPU of each task
+    elif device == "cuda":
         if not torch.cuda.is_available():
             _fail("--device cuda: no CUDA device is visible")
         indices = gpus.split(",") if gpus else [str(i) for i in range(torch.cuda.device_count())]
@@ -173,6 +196,7 @@ def run(
         data_root=data_root,
         cache=cache,
         sandbox=not no_sandbox,
+        ray=ray,
     )
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     with _progress(transient=True) as progress:
@@ -193,7 +217,7 @@ def run(
 
         try:
             rows = judge(loaded, request, on_row, lambda n: progress.update(bar, total=n))
-        except (DatasetError, NoSandbox) as error:
+        except (DatasetError, NoSandbox, RayUnavailable) as error:
             _fail(str(error))
     environment = next((r for r in rows if r.get("type") == "environment"), {})
     if environment.get("dropped_rows"):

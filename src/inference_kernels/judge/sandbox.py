@@ -117,8 +117,11 @@ def apply_limits(values: dict[int, int]) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def _needed() -> list[Path]:
-    """What a worker must read: the interpreter, its libraries and the judge's code."""
+def _needed(secrets: list[Path] = ()) -> list[Path]:
+    """What a worker must read: the interpreter, its libraries and the judge's code, and
+    the other folders on ``sys.path`` except those inside a ``secret`` (the folder the
+    judge was started in is on it with ``python -m``: started in the dataset or the
+    report's folder, it would otherwise show that folder to the solution)."""
     import inference_kernels
 
     paths = {
@@ -128,7 +131,12 @@ def _needed() -> list[Path]:
         Path(os.path.realpath(sys.executable)).parent.parent,
         Path(inference_kernels.__file__).resolve().parent.parent,
     }
-    paths.update(Path(entry).resolve() for entry in sys.path if entry and os.path.isdir(entry))
+    hidden = [Path(os.path.realpath(secret)) for secret in secrets]
+    for entry in sys.path:
+        if entry and os.path.isdir(entry):
+            path = Path(os.path.realpath(entry))
+            if not any(_inside(path, secret) for secret in hidden):
+                paths.add(path)
     paths = {Path(os.path.realpath(path)) for path in paths}
     return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
 
@@ -151,7 +159,7 @@ class Sandbox:
         """bwrap's arguments (before ``--``) for a worker of the solution in ``package``,
         with its build folder ``build`` (writable if told) when it is compiled."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        needed = _needed() + [package]
+        needed = _needed(self.secrets) + [package]
         if build is not None:
             build = Path(os.path.realpath(build))
             needed.append(build)

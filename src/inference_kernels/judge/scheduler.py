@@ -37,6 +37,7 @@ class Options:
     validation_only: bool = False
     cold_l2: bool = False
     regime: str = "sustained"
+    device_type: str = "cpu"  # "cuda" or "cpu": what a Ray task asks for (ray_backend.py)
 
     @property
     def case_timeout(self) -> float:

@@ -24,6 +24,7 @@ from ..schema import CaseRow, Solution
 from ..signing import key_folder
 from .candidates import candidate_solution
 from .manifest import Manifest
+from .ray_backend import check_cluster, run_jobs_on_ray
 from .results import Earlier, ResultWriter, digest, earlier_rows, environment_row
 from .sandbox import Sandbox, bwrap_path, probe, record
 from .scheduler import Job, Options, run_jobs
@@ -47,6 +48,9 @@ class Request:
     data_root: Path | None = None
     cache: Path | None = None
     sandbox: bool = True  # False only with --no-sandbox: solutions then run unisolated
+    # A Ray address (or "auto"): each workload is a Ray task on the cluster's nodes
+    # (ray_backend.py), on a device of the type of ``devices`` ("cuda" or "cpu").
+    ray: str | None = None
 
     def __post_init__(self) -> None:
         if self.regime not in schema.REGIMES:
@@ -158,6 +162,9 @@ def judge(
     if recorded is not None and recorded != pinned:
         manifest.check(recorded, request.report)
     done = earlier.cases
+    device_type = "cuda" if any(d.startswith("cuda") for d in request.devices) else "cpu"
+    if request.ray:  # before the report is touched: a cluster that is not there ends here
+        check_cluster(request.ray, device_type)
     if request.report and not request.resume and request.report.exists():
         request.report.unlink()
     jobs = []
@@ -179,7 +186,10 @@ def judge(
                 )
             )
     writer = ResultWriter(request.report)
-    devices = [{"device": device} for device in request.devices]
+    if request.ray:
+        devices = [{"device": device_type, "ray": request.ray}]
+    else:
+        devices = [{"device": device} for device in request.devices]
     writer.write(
         environment_row(
             devices,
@@ -209,16 +219,17 @@ def judge(
         validation_only=request.validation_only,
         cold_l2=request.cold_l2,
         regime=request.regime,
+        device_type=device_type,
     )
+
+    def unchanged() -> None:  # before each job: the pinned files did not change
+        manifest.check(pinned, request.report or dataset.root)
+
     try:
-        run_jobs(
-            jobs,
-            request.devices,
-            options,
-            writer,
-            on_row,
-            lambda: manifest.check(pinned, request.report or dataset.root),
-        )
+        if request.ray:
+            run_jobs_on_ray(jobs, request.ray, options, writer, on_row, unchanged)
+        else:
+            run_jobs(jobs, request.devices, options, writer, on_row, unchanged)
     finally:
         shutil.rmtree(folder / "packages", ignore_errors=True)
     return [*earlier.rows, *writer.rows]
