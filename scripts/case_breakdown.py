@@ -2,8 +2,8 @@
 
     python scripts/case_breakdown.py RESULTS.jsonl [...] [--by-definition]
 
-Prints the seconds summed over all cases per step (inputs, reference, worker, call,
-device_load, sizing, samples, checks, other) with their share, and with --by-definition
+Prints the seconds summed over all cases per step (referee, inputs, reference, worker,
+call, device_load, sizing, samples, checks, other) with their share, and with --by-definition
 the same per definition. Rows written before the breakdown existed are counted apart.
 """
 
@@ -14,7 +14,17 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-STEPS = ("inputs", "reference", "worker", "call", "device_load", "sizing", "samples", "checks")
+STEPS = (
+    "referee",
+    "inputs",
+    "reference",
+    "worker",
+    "call",
+    "device_load",
+    "sizing",
+    "samples",
+    "checks",
+)
 
 
 def table(totals: dict[str, float], cases: int) -> str:

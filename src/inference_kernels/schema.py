@@ -328,8 +328,9 @@ class CaseRow(BaseModel):
     timing: TimingRecord = TimingRecord()
     hashes: dict[str, str] = {}
     seconds: float = 0.0
-    # Where ``seconds`` went (judge/stopwatch.py): inputs and reference (the workload's, on
-    # its first row), worker, call, device_load, sizing, samples, checks, other.
+    # Where ``seconds`` went (judge/stopwatch.py): referee (its start), inputs and reference
+    # (the workload's, on its first row), worker, call, device_load, sizing, samples,
+    # checks, other.
     breakdown: dict[str, float] = {}
     mac: str | None = None  # HMAC of the row with the judge's key (signing.py)
 

@@ -15,7 +15,7 @@ def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):
     (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
     assert row["status"] == "passed", row
     parts = row["breakdown"]
-    assert set(parts) == STEPS | {"other"}, parts
+    assert set(parts) == STEPS | {"referee", "other"}, parts  # a new lane: a referee started
     assert abs(sum(parts.values()) - row["seconds"]) < 0.01, (parts, row["seconds"])
     assert parts["samples"] > 0 and parts["reference"] > 0 and parts["worker"] > 0
     assert parts["other"] < 0.5 * row["seconds"], parts  # the steps are most of the case
@@ -26,7 +26,7 @@ def test_a_case_that_fails_at_its_first_call_still_has_a_breakdown(tmp_path):
     request = candidates_request(tmp_path, [raises], timeout=60)
     (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
     assert row["status"] == "runtime_error", row
-    assert {"inputs", "reference", "worker", "call", "other"} <= set(row["breakdown"])
+    assert {"referee", "inputs", "reference", "worker", "call", "other"} <= set(row["breakdown"])
     assert "samples" not in row["breakdown"]
 
 

@@ -41,6 +41,7 @@ class Lane:
     requests: Any = field(default=None, init=False)
     replies: Any = field(default=None, init=False)
     prepared: dict[str, Any] = field(default_factory=dict, init=False)
+    started: float = field(default=0.0, init=False)  # seconds the last referee start took
 
     def __post_init__(self) -> None:
         self.name = self.name or self.device
@@ -104,7 +105,9 @@ class Lane:
     def _ask(self, request: dict[str, Any], op: str, seconds: float) -> dict[str, Any]:
         if self.process is None or not self.process.is_alive():
             self._stop()
+            began = time.monotonic()
             hello = self._start()
+            self.started += time.monotonic() - began  # the case's "referee" step
             if self.process is None:  # the referee did not come up: the case fails, the run goes on
                 return hello
         self.requests.put(request)
@@ -141,6 +144,8 @@ class Lane:
                 row.outputs = verdict.get("outputs", {})
                 row.timing = verdict.get("timing", {})
                 parts.update(verdict.get("seconds", {}))
+            if self.started:
+                parts["referee"], self.started = round(self.started, 3), 0.0
             row.seconds = round(time.monotonic() - started, 3)
             row.breakdown = with_other(parts, row.seconds)
             self.writer.write(row)

@@ -2,8 +2,9 @@
 
 The referee times its own steps (materializing the inputs, the reference, starting the
 worker, the checked call, the device load before timing, sizing, the samples, the
-checks); the lane adds the rest of the case's wall time as ``other`` (messages between
-the processes, rows written). Read with ``scripts/case_breakdown.py``.
+checks); the lane adds the start of the referee process (``referee``, on the first case
+of a lane and after a referee died) and the rest of the case's wall time as ``other``
+(messages between the processes, rows written). Read with ``scripts/case_breakdown.py``.
 """
 
 from __future__ import annotations
