@@ -7,6 +7,8 @@ exactly where to look. The CLI prints these without a traceback.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,3 +30,8 @@ class DatasetError(Exception):
     def __init__(self, file: str | Path, field: str, message: str):
         self.problem = Problem(str(file), field, message)
         super().__init__(str(self.problem))
+
+
+def close_names(name: str, known: Iterable[str]) -> list[str]:
+    """Up to three of ``known`` that ``name`` may have been meant as ("did you mean")."""
+    return difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)

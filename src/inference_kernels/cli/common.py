@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import sys
@@ -17,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..errors import DatasetError
+from ..errors import DatasetError, close_names
 
 app = typer.Typer(
     help="Judge GPU inference kernels against independent references on real workloads.",
@@ -98,7 +97,7 @@ def _known(kind: str, name: str, known: Iterable[str]) -> None:
     known = sorted(known)
     if name in known:
         return
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    close = close_names(name, known)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     _fail(f"no {kind} named {name!r}{hint}")
 

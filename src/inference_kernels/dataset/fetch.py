@@ -23,7 +23,6 @@ than mixed: ``revision=<that sha>`` adds to it.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ..errors import DatasetError
+from ..errors import DatasetError, close_names
 from ..schema import SafetensorsInput, Strict
 from . import blobs, receipts
 from .files import write_atomically
@@ -382,7 +381,7 @@ def _load(into: Path) -> Dataset:
 def _known(dataset: Dataset, names: list[str] | None, where: str) -> None:
     for name in names or []:
         if name not in dataset.definitions:
-            close = difflib.get_close_matches(name, list(dataset.definitions), n=3)
+            close = close_names(name, dataset.definitions)
             hint = f"did you mean {', '.join(close)}?" if close else "see `inference-kernels show`"
             raise DatasetError(where, "definition", f"no definition named {name!r}; {hint}")
 
