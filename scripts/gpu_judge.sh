@@ -6,21 +6,12 @@
 # run-to-run spread; languages builds and judges a CUDA solution, issue 12);
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
-# Python packages the machine lacks (pydantic, pytest, ninja) come as wheels from .whl/, and
-# bubblewrap (the sandbox) as a .deb from .whl/ (apt-get download bubblewrap).
+# Setup (wheels and bwrap from .whl/): scripts/gpu_setup.sh.
 set -uo pipefail
 OUT=${OUT:-results/gpu}
 STEPS=${STEPS:-exploits,fidelity,replay,dev}
 mkdir -p "$OUT" results
-if ! python3 -c "import pydantic, pytest" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-if ! command -v bwrap >/dev/null && ls .whl/bubblewrap_*.deb >/dev/null 2>&1; then
-  dpkg -x .whl/bubblewrap_*.deb /tmp/bwrap-deb
-  export INFERENCE_KERNELS_BWRAP=/tmp/bwrap-deb/usr/bin/bwrap
-fi
+source scripts/gpu_setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
 if [[ $STEPS == *exploits* ]]; then
   timeout 300 python3 -m pytest tests/exploits -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/exploits.log"
