@@ -121,6 +121,7 @@ def judged(regime: str) -> dict[str, dict]:
             "sm_mhz": graph.get("clocks", {}).get("median_sm_mhz"),
             "power_w": graph.get("clocks", {}).get("median_power_w"),
             "stopped": graph.get("stopped"),
+            "calls_per_sample": graph.get("calls_per_sample"),
         }
     return found
 
@@ -146,31 +147,51 @@ def _baseline(name: str):
     return load_package(solution, definition, package).run, list(made.values)
 
 
-def plain(name: str, calls: int) -> dict:
+def plain(name: str, calls: int, judge_calls: int | None = None) -> dict:
     """The baseline timed in this process, without the judge: the median of 15 replays of a
-    CUDA graph of ``calls`` calls (CUDA events), on the same inputs every call (``warm``)
-    and on copies of them that together hold more than twice L2 (``rotating``, what the
-    judge does). Tells a difference of the judge from one of ncu."""
+    CUDA graph (CUDA events) of ``calls`` calls on the same inputs every call (``warm``),
+    and on copies of them that together hold more than twice L2 (``rotating``). With
+    ``judge_calls`` (the judge's calls per sample), graphs as long as the judge's: on the
+    rotating copies (``long_rotating``) and on one copy per call, stacked as the judge
+    stacks its input sets (``distinct``, what the judge does). Tells a difference of the
+    judge from one of ncu, and which part of the judge's schedule makes it."""
     import statistics
 
     import torch
 
     run, values = _baseline(name)
-    size = sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    size = sum(v.numel() * v.element_size() for v in tensors)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copies = max(2, min(calls, -(-2 * l2 // max(size, 1))))
-    sets = [
-        [v.clone() if isinstance(v, torch.Tensor) else v for v in values] for _ in range(copies)
-    ]
+
+    def copy() -> list:
+        return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+    sets = [copy() for _ in range(copies)]
+    variants = {"warm": (calls, lambda i: values), "rotating": (calls, lambda i: sets[i % copies])}
+    if judge_calls:
+        free = torch.cuda.mem_get_info()[0]
+        many = max(2, min(judge_calls, int(0.4 * free) // max(2 * size, 1)))
+        stacked = [torch.stack([v] * many) if isinstance(v, torch.Tensor) else None for v in values]
+        distinct = [
+            [s[i] if s is not None else v for s, v in zip(stacked, values, strict=True)]
+            for i in range(many)
+        ]
+        variants["long_rotating"] = (many, lambda i: sets[i % copies])
+        variants["distinct"] = (many, lambda i: distinct[i])
     found = {}
-    for label, pick in (("warm", lambda i: values), ("rotating", lambda i: sets[i % copies])):
+    for label, (count, pick) in variants.items():
         for i in range(3):
             run(*pick(i))
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
+        kept = []  # the judge keeps every captured call's outputs: their own memory
         with torch.cuda.graph(graph):
-            for i in range(calls):
-                run(*pick(i))
+            for i in range(count):
+                outputs = run(*pick(i))
+                if label == "distinct":
+                    kept.append(outputs)
         times = []
         for _ in range(15):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -178,8 +199,11 @@ def plain(name: str, calls: int) -> dict:
             graph.replay()
             stop.record()
             stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e3 / calls)
+            times.append(start.elapsed_time(stop) * 1e3 / count)
         found[label + "_us"] = round(statistics.median(times), 3)
+        found[label + "_calls"] = count
+        del graph, kept
+        torch.cuda.empty_cache()
     return found | {"copies": copies, "sm_mhz": _sm_mhz()}
 
 
@@ -250,13 +274,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20, help="calls profiled per kernel")
     parser.add_argument("--replay", choices=list(KERNELS), help=argparse.SUPPRESS)
+    parser.add_argument("--kernels", help="comma-separated names of KERNELS (default: all)")
+    parser.add_argument("--burst-only", action="store_true", help="skip the sustained regime")
     options = parser.parse_args()
     if options.replay:
         replay(options.replay, options.calls)
         return
     import torch
 
-    burst, sustained = judged("burst"), judged("sustained")
+    if options.kernels:
+        for name in set(KERNELS) - set(options.kernels.split(",")):
+            del KERNELS[name]
+    burst = judged("burst")
+    sustained = burst if options.burst_only else judged("sustained")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels": {}}
     for name, (definition, axes, role) in KERNELS.items():
         truth = under_ncu(name, options.calls, "all")
@@ -264,7 +294,7 @@ def main() -> None:
         ours, busy = burst[name], sustained[name]
         entry = {"definition": definition, "axes": axes, "role": role}
         try:
-            alone = plain(name, options.calls)
+            alone = plain(name, options.calls, ours.get("calls_per_sample"))
         except Exception as error:  # a baseline that cannot be captured here: say so, go on
             alone = {"error": f"{type(error).__name__}: {error}"[:300]}
         entry |= {"ncu": truth, "ncu_warm": warm, "plain": alone}
