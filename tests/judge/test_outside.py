@@ -1,0 +1,35 @@
+"""The outside check's limits on CUDA (judge/outside.py), on the figures that set them."""
+
+from inference_kernels.judge import outside
+
+# The README walkthrough's Triton GEMM on the H200 (M=1): a 4,000-call graph, the worker's
+# 4.02 us per call, 5.15 us per call seen from outside in every sample but the first.
+CALLS, REPORTED, SEEN = 4000, 4.02, 5.15e-6 * 4000
+
+
+def _suspect(method: str, reported: float, seen: float, outputs: int = 1) -> str | None:
+    per_call = outside.allowed_per_call(method, "cuda", outputs, output_bytes=768)
+    _, reason = outside.check(method, [reported] * 7, [seen] * 7, CALLS, "cuda", per_call)
+    return reason
+
+
+def test_an_honest_long_graph_is_not_suspect():
+    # Without the graph's launch allowance it was (by 0.03 us per call).
+    assert (
+        SEEN > (1 + outside.TOLERANCE["cuda"]) * REPORTED * 1e-6 * CALLS + outside.ALLOWANCE["cuda"]
+    )
+    assert _suspect("graph", REPORTED, SEEN) is None
+
+
+def test_a_graph_that_reports_less_than_the_limit_is_suspect():
+    # The limit: outside <= 1.15 x reported + 2 ms + 0.5 us per call, so 4.02 us per call
+    # seen as 5.15 allows a report down to (5.15 - 0.5 - 0.5) / 1.15 = 3.61 us.
+    assert _suspect("graph", 3.65, SEEN) is None
+    reason = _suspect("graph", 3.55, SEEN)
+    assert reason is not None and "3.5 us per call" in reason and "5.1 us per call" in reason
+
+
+def test_the_graph_allowance_is_not_given_to_eager_calls():
+    per_call = outside.allowed_per_call("eager", "cuda", 1, output_bytes=768)
+    assert per_call == outside.PER_OUTPUT["cuda"]
+    assert outside.allowed_per_call("graph", "cuda", 1, 768) == outside.PER_GRAPH_CALL["cuda"]
