@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 12's acceptance, done as the README says a person does it: for one definition,
-# `new` a Python, a Triton and a CUDA solution, fill in the kernel (the edit a person
-# makes), judge each folder against the baseline, and write one HTML report of all three.
+# `new` a Python, a Triton and a CUDA solution (LANGUAGES picks some), fill in the kernel
+# (the edit a person makes), judge each folder against the baseline, and write one HTML
+# report of them all.
 # Run on a CUDA machine (setup: scripts/gpu_setup.sh); OUT receives the folders, the rows, the logs and the report.
 set -uo pipefail
 OUT=${OUT:-results/walkthrough}
@@ -94,7 +95,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
 EOF
 
 status=0
-for language in python triton cuda; do
+for language in ${LANGUAGES:-python triton cuda}; do
   started=$(date +%s)
   inference-kernels run -d $DEF --candidate "$WALK/my_$language" --device "${DEVICE:-cuda}" \
       --report "$WALK/my_$language.jsonl" --overwrite --cache "$WALK/cache" \
@@ -103,5 +104,5 @@ for language in python triton cuda; do
   tail -12 "$OUT/run-$language.log"
 done
 inference-kernels report "$WALK"/my_*.jsonl -o "$WALK/report" || status=1
-cp -r "$WALK"/my_* "$WALK/report" "$OUT/"
+tar -C "$WALK" -czf "$OUT/walkthrough.tgz" --exclude cache . # the folders, rows and report
 exit $status

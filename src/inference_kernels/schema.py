@@ -289,6 +289,9 @@ class SetsUsed(_Row):
 
 
 REGIMES = ("sustained", "burst")
+# What a case times (``run --methods``): plain calls, the solution's prepared launches (when
+# it has ``prepare``), a CUDA graph of its calls. An audit times only the graph.
+METHODS = ("eager", "prepared", "graph")
 Regime = Literal[REGIMES]  # type: ignore[valid-type]
 
 

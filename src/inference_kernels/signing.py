@@ -10,7 +10,6 @@ key. A report copied from another machine verifies only where that machine's key
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import json
@@ -33,8 +32,12 @@ def key_path() -> Path:
     return key_folder() / "judge.key"
 
 
-@functools.cache
+_KEYS: dict[Path, bytes] = {}  # keys read in this process; "no key yet" is never kept
+
+
 def _key(path: Path, create: bool) -> bytes | None:
+    if path in _KEYS:
+        return _KEYS[path]
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -54,6 +57,7 @@ def _key(path: Path, create: bool) -> bytes | None:
         data = path.read_bytes()
     if len(data) != 32:
         raise ValueError(f"{path}: a judge key is 32 bytes")
+    _KEYS[path] = data
     return data
 
 

@@ -70,3 +70,15 @@ def test_resume_refuses_a_report_timed_in_another_regime(tmp_path):
         judge(dataset, candidates_request(tmp_path, [candidate], resume=True))
     assert refused.value.problem.field == "regime"
     assert "resume with --regime burst" in refused.value.problem.message
+
+
+def test_a_key_looked_for_before_it_was_made_is_found_after(tmp_path, monkeypatch):
+    # A report read before the first row was signed (no key yet) used to leave "no key"
+    # cached for the process: every later resume then found its own rows unsigned.
+    from inference_kernels import signing
+
+    monkeypatch.setenv("INFERENCE_KERNELS_CONFIG", str(tmp_path / "config"))
+    assert signing.key(create=False) is None
+    made = signing.key()
+    assert signing.key(create=False) == made
+    assert signing.row_verifies(signing.sign_row({"a": 1}), signing.key(create=False))

@@ -118,12 +118,22 @@ def run(
     regime: Annotated[
         str,
         typer.Option(
-            help="The device state times are taken in. sustained: after a 10 s preheat and "
-            "1 s of load before each case (a busy server's clocks). burst: no load, a short "
+            help="The device state times are taken in. sustained: after a 10 s preheat, and "
+            "before each case a load as long as the device rested (0.2-1 s; a busy server's "
+            "clocks). burst: no load, a short "
             "rest before each case, samples as short as the outside check allows (the "
             "clocks of published micro-benchmarks and of ncu). Recorded in every row."
         ),
     ] = "sustained",
+    methods: Annotated[
+        str,
+        typer.Option(
+            help="What each case times, comma-separated: eager (plain calls), prepared (the "
+            "solution's prepare() launches, when it has one), graph (a CUDA graph of its "
+            "calls). An audit times only the graph: --methods graph (where a graph cannot "
+            "be captured, and on the CPU, the plain calls are timed instead)."
+        ),
+    ] = ",".join(schema.METHODS),
     cache: Annotated[
         Path | None,
         typer.Option(help="Reference outputs (kept between runs), solution packages, logs."),
@@ -159,6 +169,10 @@ def run(
         _fail(f"--timeout {timeout}: a case needs a positive number of seconds")
     if regime not in schema.REGIMES:
         _fail(f"--regime {regime!r} is not one of {', '.join(schema.REGIMES)}")
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in schema.METHODS]
+    if unknown or not chosen:
+        _fail(f"--methods {methods!r}: choose from {', '.join(schema.METHODS)}")
     if ray is not None and gpus is not None:
         _fail("--ray and --gpus exclude each other: Ray gives each task one GPU of some node")
     if ray is not None and device == "auto":  # the cluster's devices, not this host's
@@ -192,6 +206,7 @@ def run(
         validation_only=validation_only,
         cold_l2=cold_l2,
         regime=regime,
+        methods=tuple(m for m in schema.METHODS if m in chosen),
         timeout=timeout,
         data_root=data_root,
         cache=cache,

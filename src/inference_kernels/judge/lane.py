@@ -61,6 +61,7 @@ class Lane:
             "validation_only": self.options.validation_only,
             "cold_l2": self.options.cold_l2,
             "regime": self.options.regime,
+            "methods": list(self.options.methods),
             "lane": self.name,
         }
         self.process = context.Process(

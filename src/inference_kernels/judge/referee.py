@@ -41,9 +41,11 @@ from .workers import CaseEnded, WorkerHandle, start_or_fail
 # on (docs/measurements/h200-timing-fidelity.md). The referee runs the load, so that no
 # solution can skip it to be timed on a cooler chip.
 PREHEAT_SECONDS = 10.0
-# ...and this long before each case's samples, so that every case starts from the clocks
-# of sustained work.
+# ...and before each case's samples as long as it rested since the lane's last load or
+# samples, between these bounds, so that every case starts from the clocks of sustained
+# work (a lane judging case after case rests a fraction of a second between them).
 STEADY_SECONDS = 1.0
+STEADY_MIN_SECONDS = 0.2
 # The burst regime (``--regime burst``) has no load: each case's samples start after this
 # rest, as published micro-benchmarks and ncu's one-kernel-at-a-time times do.
 BURST_REST_SECONDS = 0.5
@@ -55,6 +57,15 @@ MAX_SETS = 4000
 # that holds more than this between cases is replaced, so that its buffers can be freed.
 POOL_FRACTION = 0.25  # of the device's memory
 POOL_CPU = 2 << 30  # bytes
+
+
+def steady_seconds(rested_since: float | None, now: float) -> float:
+    """The load before a case's samples in the sustained regime: as long as the device
+    rested, within STEADY_MIN_SECONDS and STEADY_SECONDS (the whole of it when nothing
+    was timed or loaded in this lane yet)."""
+    if rested_since is None:
+        return STEADY_SECONDS
+    return min(STEADY_SECONDS, max(STEADY_MIN_SECONDS, now - rested_since))
 
 
 @dataclass
@@ -82,6 +93,7 @@ class Referee:
         self.current: Workload | None = None
         self.workers: dict[str, WorkerHandle | str] = {}
         self.preheated = False
+        self.rested_since: float | None = None  # the end of the last load or samples
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
 
@@ -293,15 +305,16 @@ class Referee:
                 if not self.preheated:
                     timing.load(self.device, PREHEAT_SECONDS)
                     self.preheated = True
-                timing.load(self.device, STEADY_SECONDS)
+                timing.load(self.device, steady_seconds(self.rested_since, time.monotonic()))
             elif self.device.type == "cuda":  # burst: the clocks of a device that was resting
                 time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
             job.fresh = Fresh(job.pristine)
-        methods = ["eager"]
-        if worker.loaded.prepare:
-            methods.append("prepared")
-        if self.device.type == "cuda" or timing.FAKE_GRAPH:
+        wanted = self.options.get("methods", schema.METHODS)
+        methods = [m for m in ("eager", "prepared") if m in wanted]
+        if not worker.loaded.prepare and "prepared" in methods:
+            methods.remove("prepared")
+        if (self.device.type == "cuda" or timing.FAKE_GRAPH) and "graph" in wanted:
             methods.append("graph")
         with self.watch.span("sizing"):
             sampler = self._sampler(worker, first_call, regime)
@@ -313,7 +326,13 @@ class Referee:
         }
         launch = "prepared" if worker.loaded.prepare else None
         with self.watch.span("samples"):
-            verdict["timing"].update(sampler.time_methods(methods, launch))
+            timed = sampler.time_methods(methods, launch)
+            if all("error" in entry for entry in timed.values()) and "eager" not in timed:
+                # Only the graph was asked for and it cannot be captured: the case is
+                # still timed, by its plain calls (the row says graph: unavailable).
+                timed |= sampler.time_methods(["eager"], None)
+            verdict["timing"].update(timed)
+        self.rested_since = time.monotonic()
         verdict["timing"]["sets"] = {
             "count": sampler.sets.count,
             "integers_shared": sampler.sets.share_integers,

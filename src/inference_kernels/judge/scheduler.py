@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
+from ..schema import METHODS, CaptureRecord, CaseRow, Definition, Solution, Task, Workload
 from .lane import Lane
 from .results import ResultWriter
 from .sandbox import Sandbox
@@ -37,6 +37,7 @@ class Options:
     validation_only: bool = False
     cold_l2: bool = False
     regime: str = "sustained"
+    methods: tuple[str, ...] = METHODS  # what a case times
     device_type: str = "cpu"  # "cuda" or "cpu": what a Ray task asks for (ray_backend.py)
 
     @property

@@ -44,6 +44,7 @@ class Request:
     validation_only: bool = False
     cold_l2: bool = False
     regime: str = "sustained"  # "burst": no preheat or load (referee.py)
+    methods: tuple[str, ...] = schema.METHODS  # what is timed (schema.METHODS)
     timeout: float = 600.0
     data_root: Path | None = None
     cache: Path | None = None
@@ -55,6 +56,9 @@ class Request:
     def __post_init__(self) -> None:
         if self.regime not in schema.REGIMES:
             raise ValueError(f"regime {self.regime!r} is not one of {', '.join(schema.REGIMES)}")
+        unknown = [m for m in self.methods if m not in schema.METHODS]
+        if unknown or not self.methods:
+            raise ValueError(f"methods {list(self.methods)} are not some of {list(schema.METHODS)}")
         if len(self.names) > len(self.candidates):
             raise ValueError(f"{len(self.names)} names for {len(self.candidates)} candidates")
 
@@ -198,6 +202,7 @@ def judge(
             suite=request.suite,
             validation_only=request.validation_only,
             regime=request.regime,
+            methods=list(request.methods),
             isolation=isolation,
             manifest=pinned,
             dropped_rows=earlier.dropped,
@@ -219,6 +224,7 @@ def judge(
         validation_only=request.validation_only,
         cold_l2=request.cold_l2,
         regime=request.regime,
+        methods=request.methods,
         device_type=device_type,
     )
 
@@ -253,6 +259,14 @@ def _check_resumable(request: Request, earlier: Earlier, solutions, cases, datas
             f"its rows were timed in the {environment.get('regime', 'sustained')} regime; "
             f"resume with --regime {environment.get('regime', 'sustained')}, or write "
             "another --report",
+        )
+    timed = environment.get("methods", list(schema.METHODS)) if environment else None
+    if timed is not None and not request.validation_only and timed != list(request.methods):
+        raise DatasetError(
+            request.report,
+            "methods",
+            f"its rows timed {','.join(timed)}; resume with --methods {','.join(timed)}, or "
+            "write another --report",
         )
     if not earlier.cases:
         return
