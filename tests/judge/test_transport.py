@@ -154,26 +154,50 @@ def test_an_unexpected_kind_is_refused_even_when_well_formed():
         protocol.parse({"op": "ended"}, protocol.Checked)
 
 
-def test_a_worker_reuses_its_buffers_case_after_case_and_frees_them_only_once_dead(tmp_path):
+def test_a_worker_lends_its_arena_case_after_case_and_frees_it_only_once_dead(tmp_path):
     """Input buffers stay mapped by a live worker, so they are never freed while it runs;
-    each later case borrows them again instead of allocating more (on the H200 a worker's
-    buffers once piled up until cuMemAlloc failed)."""
+    each case borrows slices of the same arena again instead of allocating more (on the
+    H200 a worker's buffers once piled up until cuMemAlloc failed, and later made the
+    referee replace a worker every third case of an audit)."""
     process = subprocess.Popen(["sleep", "60"])
     worker = WorkerHandle(None, process, None, tmp_path / "log", False, 1.0, Inbox(CPU))
-    first = [worker.lend(size, CPU) for size in (1000, 5000)]
-    assert len({id(b) for b in first}) == 2 and worker.pooled() == 256 * 4 + 256 * 20
+    worker.arena_bytes = 8192
+    first = [worker.lend(size, CPU) for size in (1000, 5000)]  # 256-byte aligned slices
+    arena = first[0].arena
+    assert [(s.arena, s.start, s.size) for s in first] == [(arena, 0, 1024), (arena, 1024, 5120)]
+    assert worker.pooled() == 8192 and worker.pooled(idle_only=True) == 8192 - 1024 - 5120
+    with pytest.raises(ValueError, match="past the end"):
+        first[0].view(0, torch.float32, [257])
     worker.release()  # the case ended; the worker lives on
-    assert all(b.tensor is not None for b in first)
-    again = worker.lend(900, CPU)  # the smallest idle buffer that is large enough
-    assert again is first[0]
-    larger = worker.lend(4000, CPU)
-    assert larger is first[1] and worker.pooled(idle_only=True) == 0
-    grown = worker.lend(100, CPU)  # both are lent in this case: a new one
-    assert grown not in first and len(worker.pool) == 3
+    assert arena.tensor is not None
+    again = worker.lend(6000, CPU)  # the next case starts at the arena's beginning again
+    assert (again.arena, again.start) == (arena, 0)
+    over = worker.lend(4000, CPU)  # 2,048 bytes left: a second arena, of just that size
+    assert over.arena is not arena and over.arena.size == 4096 and len(worker.pool) == 2
     process.kill()
     process.wait()
     worker.release()
-    assert worker.pool == [] and all(b.tensor is None for b in first)
+    assert worker.pool == [] and arena.tensor is None and over.arena.tensor is None
+
+
+def test_sets_replaced_within_a_case_give_their_place_back(tmp_path):
+    """Timing sets replaced by more of them (calibration, then the graph's own size) go
+    back to the arena when they are its top, so that the larger sets fit where the smaller
+    ones were instead of in a new arena (which made the worker be replaced next case)."""
+    process = subprocess.Popen(["sleep", "60"])
+    worker = WorkerHandle(None, process, None, tmp_path / "log", False, 1.0, Inbox(CPU))
+    worker.arena_bytes = 8192
+    call = worker.lend(1000, CPU)  # the checked call's set
+    small = [worker.lend(1000, CPU), worker.lend(1000, CPU)]
+    worker.take_back([call])  # below the top: stays lent
+    assert worker.pooled(idle_only=True) == 8192 - 3 * 1024
+    worker.take_back(small)
+    assert worker.pooled(idle_only=True) == 8192 - 1024
+    larger = worker.lend(7000, CPU)
+    assert (larger.arena, larger.start) == (call.arena, 1024) and len(worker.pool) == 1
+    process.kill()
+    process.wait()
+    worker.release()
 
 
 def test_outputs_in_a_segment_already_named_cost_no_driver_call(monkeypatch):

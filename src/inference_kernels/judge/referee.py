@@ -53,8 +53,12 @@ SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
 OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
 SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 MAX_SETS = 4000
-# A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``); one
-# that holds more than this between cases is replaced, so that its buffers can be freed.
+# A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
+# CUDA one arena of SETS_BUDGET_CUDA_FRACTION of the free memory, made when it starts and
+# lent in slices to every case it judges. A worker replaced whenever its buffers outgrew a
+# limit cost an audit 3.5 s in one case of three (H200, issue 13): every case lent new
+# buffers of its own sizes. One that holds more than this between cases (a case that
+# needed more than its arena) is replaced, so that its buffers can be freed.
 POOL_FRACTION = 0.25  # of the device's memory
 POOL_CPU = 2 << 30  # bytes
 
@@ -187,6 +191,9 @@ class Referee:
                 builds=Path(self.options["cache"]) / "builds",
             )
             self.workers[solution.name] = handle
+            if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                handle.arena_bytes = int(free * SETS_BUDGET_CUDA_FRACTION)
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
@@ -277,8 +284,13 @@ class Referee:
         job = self.current
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
-            budget = int((free + worker.pooled(idle_only=True)) * SETS_BUDGET_CUDA_FRACTION)
-            outputs = budget
+            room = worker.pooled(idle_only=True)
+            budget = outputs = int((free + room) * SETS_BUDGET_CUDA_FRACTION)
+            # Stay in the arena when it holds most of that (with the warmup sets beside the
+            # timing sets): a case that outgrows it makes the worker be replaced.
+            inside = room - job.timing["warmup"] * set_bytes(job.pristine)
+            if inside >= budget // 2:
+                budget = inside
         else:
             budget, outputs = SETS_BUDGET_CPU, OUTPUTS_BUDGET_CPU
         calls = outputs // max(sum(o.numel() * o.element_size() for o in job.expected), 1)
@@ -288,9 +300,15 @@ class Referee:
             fit = budget // max(set_bytes(job.pristine, True), 1)
         return max(1, min(MAX_SETS, fit, calls)), share
 
-    def _sets(self, worker: WorkerHandle, count: int, share: bool) -> InputSets:
-        """``count`` timing input sets, mapped by the worker."""
+    def _sets(
+        self, worker: WorkerHandle, count: int, share: bool, replacing: InputSets | None = None
+    ) -> InputSets:
+        """``count`` timing input sets, mapped by the worker; in the arena ``replacing``
+        took, when they replace sets of this case (the worker's to write either way, and
+        every sample's sets are compared with what was written into them)."""
         job = self.current
+        if replacing is not None:
+            worker.take_back(replacing.buffers)
         names = list(job.definition.inputs)
         sets = InputSets(job.pristine, names, count, self.device, share, allocate=worker.lend)
         message, fds = sets.message("sets")
@@ -355,12 +373,12 @@ class Referee:
         sampler.output_bytes = sum(o.numel() * o.element_size() for o in job.expected)
         sampler.fit = fit
         sampler.shapes = job.expected
-        sampler.grow = lambda count: self._sets(worker, count, share)
+        sampler.grow = lambda count: self._sets(worker, count, share, replacing=sampler.sets)
         sampler.clock = self.clock
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:
-            sampler.sets = self._sets(worker, sampler.plan.iters, share)
+            sampler.sets = self._sets(worker, sampler.plan.iters, share, replacing=sets)
         return sampler
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .fresh import Fresh, floating
-from .shared import SharedBuffer, nbytes, reference
+from .shared import SharedBuffer, Slice, nbytes, reference
 
 CHECK_CHUNK = 64  # sets compared at a time (bounds the copy of the expected windows)
 
@@ -39,8 +39,8 @@ class InputSets:
     device: torch.device
     share_integers: bool = False
     # (bytes, device) -> a buffer: a worker's ``lend``, which reuses its earlier buffers
-    allocate: Callable[[int, torch.device], SharedBuffer] = SharedBuffer.create
-    buffers: list[SharedBuffer] = field(default_factory=list)
+    allocate: Callable[[int, torch.device], SharedBuffer | Slice] = SharedBuffer.create
+    buffers: list[SharedBuffer | Slice] = field(default_factory=list)
     views: dict[int, torch.Tensor] = field(default_factory=dict)  # input index -> [count_i, ...]
 
     def __post_init__(self) -> None:
@@ -70,9 +70,11 @@ class InputSets:
         for index, value in enumerate(self.pristine):
             shared.append(self.shared(index))
             if index in self.views:
-                buffers.append(self.buffers[position].describe(fds))
+                buffer = self.buffers[position]
+                buffers.append(buffer.describe(fds))
                 view = self.views[index]
-                inputs.append({"tensor": reference(position, 0, view if op == "sets" else view[0])})
+                tensor = view if op == "sets" else view[0]
+                inputs.append({"tensor": reference(position, buffer.start, tensor)})
                 position += 1
             else:
                 inputs.append({"value": value})

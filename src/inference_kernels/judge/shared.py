@@ -97,6 +97,8 @@ class SharedBuffer:
         size = count * torch.empty((), dtype=dtype).element_size()
         return self.tensor[offset : offset + size].view(dtype).view(shape)
 
+    start = 0  # where a lent part begins in the allocation (``Slice``)
+
     def release(self) -> None:
         """Free the memory. On CUDA, only once no worker that mapped it still runs."""
         self.tensor = None  # type: ignore[assignment]
@@ -106,6 +108,28 @@ class SharedBuffer:
             self._mapped.close()
         if self.fd is not None:
             os.close(self.fd)
+
+
+@dataclass
+class Slice:
+    """``size`` bytes of ``arena`` from ``start``: what a worker is lent for one case
+    (``WorkerHandle.lend``). Described to the worker as its arena, with tensors at offsets
+    from ``start``; views here are of the slice only."""
+
+    arena: SharedBuffer
+    start: int
+    size: int
+
+    def describe(self, fds: list[int]) -> dict[str, Any]:
+        return self.arena.describe(fds)
+
+    def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
+        count = 1
+        for extent in shape:
+            count *= extent
+        if offset + count * torch.empty((), dtype=dtype).element_size() > self.size:
+            raise ValueError("a view past the end of its slice")
+        return self.arena.view(self.start + offset, dtype, shape)
 
 
 def _contiguous_strides(shape) -> list[int]:

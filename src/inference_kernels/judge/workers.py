@@ -53,7 +53,7 @@ from .loader import (
     write_package,
 )
 from .sandbox import Sandbox, apply_limits, identity, limits
-from .shared import Inbox, SharedBuffer, TransportError
+from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
 
 LOG_BYTES = 8 << 20
 
@@ -256,11 +256,12 @@ class WorkerHandle:
     inbox: Inbox
     names: list[str] = field(default_factory=list)  # the definition's outputs
     loaded: protocol.Loaded | None = None
-    # Buffers this worker has been shown: freed only once it is dead (a live worker that
-    # kept a mapping could otherwise write into memory the referee reuses), and lent again
-    # to its later cases (``lend``), so that they do not pile up case after case.
+    # Arenas this worker has been shown: freed only once it is dead (a live worker that
+    # kept a mapping could otherwise write into memory the referee reuses), and lent again,
+    # in slices, to its later cases (``lend``), so that they do not pile up case after case.
     pool: list[SharedBuffer] = field(default_factory=list)
-    lent: set[int] = field(default_factory=set)  # ids of the pool's buffers in this case
+    lent: dict[int, int] = field(default_factory=dict)  # id of an arena -> bytes lent this case
+    arena_bytes: int = 0  # the size of its first arena (the referee's sets budget)
     drain: threading.Thread | None = None
     frozen: bool = False
     uid: int | None = None  # the worker's own uid (under root): signals reach all of it
@@ -483,28 +484,40 @@ class WorkerHandle:
             self._signal(signal.SIGCONT)
         self.frozen = False
 
-    def lend(self, size: int, device: torch.device) -> SharedBuffer:
-        """A buffer of at least ``size`` bytes for this case: the smallest idle one of the
-        pool, else a new one (on CUDA, after torch's cache is emptied if memory is short)."""
-        idle = [b for b in self.pool if id(b) not in self.lent and b.size >= size]
-        if idle:
-            buffer = min(idle, key=lambda b: b.size)
+    def lend(self, size: int, device: torch.device) -> Slice:
+        """``size`` bytes for this case: the next free part of the arena with the least
+        room that holds it, else of a new arena: the first of ``max(size, arena_bytes)``
+        bytes, any later one of ``size`` (on CUDA, after torch's cache is emptied if memory
+        is short)."""
+        size = aligned(size)
+        roomy = [a for a in self.pool if a.size - self.lent.get(id(a), 0) >= size]
+        if roomy:
+            arena = min(roomy, key=lambda a: a.size - self.lent.get(id(a), 0))
         else:
             try:
-                buffer = SharedBuffer.create(size, device)
+                first = self.arena_bytes if not self.pool else 0
+                arena = SharedBuffer.create(max(size, first), device)
             except cuda_ipc.CudaIpcError:
                 torch.cuda.empty_cache()
-                buffer = SharedBuffer.create(size, device)
-            self.pool.append(buffer)
-        self.lent.add(id(buffer))
-        return buffer
+                arena = SharedBuffer.create(size, device)
+            self.pool.append(arena)
+        start = self.lent.get(id(arena), 0)
+        self.lent[id(arena)] = start + size
+        return Slice(arena, start, size)
+
+    def take_back(self, parts: list) -> None:
+        """Slices of this case that are no longer used (timing sets replaced by more): the
+        top of their arena is lent again. A slice below the top stays lent to the case."""
+        for part in sorted(parts, key=lambda p: p.start, reverse=True):
+            if isinstance(part, Slice) and self.lent.get(id(part.arena)) == part.start + part.size:
+                self.lent[id(part.arena)] = part.start
 
     def pooled(self, idle_only: bool = False) -> int:
         """Bytes in the pool (only those not lent in this case)."""
-        return sum(b.size for b in self.pool if not (idle_only and id(b) in self.lent))
+        return sum(a.size - (self.lent.get(id(a), 0) if idle_only else 0) for a in self.pool)
 
     def release(self) -> None:
-        """The case is over: the pool's buffers are idle, and freed if the worker is dead."""
+        """The case is over: the arenas are idle, and freed if the worker is dead."""
         self.lent.clear()
         if not self.alive():
             for buffer in self.pool:
