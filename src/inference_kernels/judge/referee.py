@@ -329,11 +329,12 @@ class Referee:
         if job.fresh is None:
             job.fresh = Fresh(job.pristine)
         wanted = self.options.get("methods", schema.METHODS)
-        methods = [m for m in ("eager", "prepared") if m in wanted]
-        if not worker.loaded.prepare and "prepared" in methods:
-            methods.remove("prepared")
-        if (self.device.type == "cuda" or timing.FAKE_GRAPH) and "graph" in wanted:
-            methods.append("graph")
+        available = {
+            "eager": True,
+            "prepared": worker.loaded.prepare,
+            "graph": self.device.type == "cuda" or timing.FAKE_GRAPH,
+        }
+        methods = [m for m in schema.METHODS if m in wanted and available[m]]
         with self.watch.span("sizing"):
             sampler = self._sampler(worker, first_call, regime)
         verdict["timing"]["regime"] = regime

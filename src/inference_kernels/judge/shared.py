@@ -27,7 +27,7 @@ import mmap
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -73,6 +73,7 @@ class SharedBuffer:
     fd: int | None = None
     allocation: cuda_ipc.Allocation | None = None
     _mapped: mmap.mmap | None = None
+    start: ClassVar[int] = 0  # where a lent part begins in the allocation (``Slice``)
 
     @classmethod
     def create(cls, size: int, device: torch.device) -> SharedBuffer:
@@ -96,8 +97,6 @@ class SharedBuffer:
             count *= extent
         size = count * torch.empty((), dtype=dtype).element_size()
         return self.tensor[offset : offset + size].view(dtype).view(shape)
-
-    start = 0  # where a lent part begins in the allocation (``Slice``)
 
     def release(self) -> None:
         """Free the memory. On CUDA, only once no worker that mapped it still runs."""
@@ -124,12 +123,10 @@ class Slice:
         return self.arena.describe(fds)
 
     def view(self, offset: int, dtype: torch.dtype, shape: list[int]) -> torch.Tensor:
-        count = 1
-        for extent in shape:
-            count *= extent
-        if offset + count * torch.empty((), dtype=dtype).element_size() > self.size:
+        view = self.arena.view(self.start + offset, dtype, shape)
+        if offset + view.numel() * view.element_size() > self.size:
             raise ValueError("a view past the end of its slice")
-        return self.arena.view(self.start + offset, dtype, shape)
+        return view
 
 
 def _contiguous_strides(shape) -> list[int]:
