@@ -230,3 +230,21 @@ def test_outputs_in_a_segment_already_named_cost_no_driver_call(monkeypatch):
     freed[0] = 1  # a segment went back to the driver: everything is named anew
     again = outbox.add(tensors[:1])
     assert len(asked) == 3 and again[0]["buffer"] == 2 and len(outbox.new) == 1
+
+
+def test_timing_sets_on_a_large_gpu_stay_within_the_cap(monkeypatch):
+    """On the H200 a quarter of the free memory is 35 GB, and kernels reading inputs from a
+    35 GB arena ran up to 1.5x slower (docs/measurements/h200-regimes.md, sixth session):
+    however much memory is free, a case's timing sets fit in SETS_BUDGET_CUDA_MAX."""
+    from types import SimpleNamespace
+
+    from inference_kernels.judge import referee
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (120 << 30, 141 << 30))
+    one_set = [torch.empty(5 << 20, dtype=torch.bfloat16)]  # 10 MiB, as the 26 us SDPA's k
+    job = SimpleNamespace(pristine=one_set, expected=[torch.empty(1)], timing={"warmup": 10})
+    fake = SimpleNamespace(device=torch.device("cuda"), current=job)
+    worker = SimpleNamespace(pooled=lambda idle_only=False: 0)
+    fit, share = referee.Referee._fit(fake, worker)
+    assert not share
+    assert fit == referee.SETS_BUDGET_CUDA_MAX // (10 << 20) == 1638  # not 3,000 (30 GiB)

@@ -52,9 +52,15 @@ BURST_REST_SECONDS = 0.5
 SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
 OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
 SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
+# ... and never more than this, in one allocation (the worker's arena, below): on the H200 a
+# worker reading its inputs from a 35 GB arena (a quarter of the free memory) ran every
+# kernel slower, the 26 us SDPA of noncausal_dense_attention_h32_d64 in 37.3 us of kernel
+# time (CUPTI) against 25.1 us from an arena of 8 or 16 GiB or from buffers of their own
+# size; the 10 us one 11.3 against 9.4 (docs/measurements/h200-regimes.md, sixth session).
+SETS_BUDGET_CUDA_MAX = 16 << 30
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
-# CUDA one arena of SETS_BUDGET_CUDA_FRACTION of the free memory, made when it starts and
+# CUDA one arena of the sets budget (fraction and cap above), made when it starts and
 # lent in slices to every case it judges. A worker replaced whenever its buffers outgrew a
 # limit cost an audit 3.5 s in one case of three (H200, issue 13): every case lent new
 # buffers of its own sizes. One that holds more than this between cases (a case that
@@ -193,7 +199,9 @@ class Referee:
             self.workers[solution.name] = handle
             if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                handle.arena_bytes = int(free * SETS_BUDGET_CUDA_FRACTION)
+                handle.arena_bytes = min(
+                    int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX
+                )
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
@@ -285,7 +293,8 @@ class Referee:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             room = worker.pooled(idle_only=True)
-            budget = outputs = int((free + room) * SETS_BUDGET_CUDA_FRACTION)
+            budget = int((free + room) * SETS_BUDGET_CUDA_FRACTION)
+            budget = outputs = min(budget, SETS_BUDGET_CUDA_MAX)
             # Stay in the arena when it holds most of that (with the warmup sets beside the
             # timing sets): a case that outgrows it makes the worker be replaced.
             inside = room - job.timing["warmup"] * set_bytes(job.pristine)
