@@ -17,6 +17,8 @@ from HBM. Printed as JSON:
 - ``ncu``, ``ncu_warm``: kernel time per call, kernels per call and their names;
 - ``plain``: the baseline timed in this process without the judge (``plain``'s doc);
 - ``burst``: the judge's graph median, its ratio to each ncu time, each side's SM clock;
+  and the judge's CUPTI kernel durations (``timing.kernels``) with their ratios
+  (``kernel_over_ncu``): like for like with ncu, no gap between kernels;
 - ``sustained``: the judge's graph median, its SM clock and power, and the ratio to the
   burst time of the same kernel.
 
@@ -122,6 +124,9 @@ def judged(regime: str) -> dict[str, dict]:
             "power_w": graph.get("clocks", {}).get("median_power_w"),
             "stopped": graph.get("stopped"),
             "calls_per_sample": graph.get("calls_per_sample"),
+            # burst only: the judge's CUPTI durations of the same kernels (timing.kernels)
+            "kernel_us": (row["timing"].get("kernels") or {}).get("us"),
+            "launches": (row["timing"].get("kernels") or {}).get("launches"),
         }
     return found
 
@@ -302,6 +307,8 @@ def main() -> None:
         for key, ncu in (("over_ncu", truth), ("over_ncu_warm", warm)):
             if ours["graph_us"] and ncu.get("us"):
                 entry["burst"][key] = round(ours["graph_us"] / ncu["us"], 4)
+            if ours.get("kernel_us") and ncu.get("us"):
+                entry["burst"]["kernel_" + key] = round(ours["kernel_us"] / ncu["us"], 4)
         entry["sustained"] = dict(busy)
         if busy["graph_us"] and ours["graph_us"]:
             entry["sustained"]["over_burst"] = round(busy["graph_us"] / ours["graph_us"], 4)

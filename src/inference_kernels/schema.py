@@ -283,6 +283,19 @@ class PhaseError(_Row):
     error: str  # why the phase has no time (a graph that cannot be captured)
 
 
+class KernelTimes(_Row):
+    """The device's own durations of a case's kernels over one eager sample (CUPTI, in
+    the worker; burst regime on CUDA): comparable with Nsight Compute's kernel times, as
+    the judged times (which include the gap between one call's kernels and the next's)
+    are not. The worker's report: shown, never ranked on."""
+
+    us: float | None = None  # kernels, per call
+    copies_us: float | None = None  # memory copies and sets, per call
+    launches: float | None = None  # kernels per call
+    calls: int | None = None
+    error: str | None = None  # why there are none (a profiler that would not start)
+
+
 class SetsUsed(_Row):
     count: int = Field(ge=1)  # input sets the samples rotate through
     integers_shared: bool  # integer inputs shared by all sets (to fit in memory)
@@ -304,6 +317,7 @@ class TimingRecord(_Row):
     prepared: PhaseTiming | PhaseError | None = None
     graph: PhaseTiming | PhaseError | None = None
     sets: SetsUsed | None = None
+    kernels: KernelTimes | None = None
     error: str | None = None  # rows from before the timing_error status
 
 

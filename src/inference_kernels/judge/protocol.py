@@ -157,12 +157,28 @@ class Sample(_Strict):
         return _finite(value)
 
 
+class Kernels(_Strict):
+    """The device's own durations of one eager sample's kernels (CUPTI), per call, or why
+    there are none. Reported, never judged on: the worker could write anything here."""
+
+    op: Literal["kernels"]
+    us: float | None = None  # kernels
+    copies_us: float | None = None  # memory copies and sets
+    launches: float | None = None  # kernels per call
+    error: _Text | None = None
+
+    @field_validator("us", "copies_us", "launches")
+    @classmethod
+    def _values(cls, value: float | None) -> float | None:
+        return _finite(value)
+
+
 class Ended(_Strict):
     op: Literal["ended"]
 
 
 Message = Annotated[
-    Loaded | Failed | Checked | Mapped | Ready | Unavailable | Sample | Ended,
+    Loaded | Failed | Checked | Mapped | Ready | Unavailable | Sample | Kernels | Ended,
     Field(discriminator="op"),
 ]
 _MESSAGE = TypeAdapter(Message)

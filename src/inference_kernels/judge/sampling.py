@@ -282,6 +282,29 @@ class Sampler:
             phase.host.append(reply.host_us)
         return seconds
 
+    def kernel_times(self, calls: int) -> dict[str, Any]:
+        """The kernels' own durations over one eager sample of ``calls`` calls (at most
+        one per input set), from CUPTI in the worker: what Nsight Compute would time, with
+        no gap between kernels. The worker's report, held to nothing but the protocol's
+        ranges: rows show it beside the judged times and nothing ranks on it."""
+        calls = min(calls, self.sets.count)
+        windows = [self.fresh.offsets() for _ in range(calls)]
+        self.sets.refresh(windows, self.fresh)
+        reply = self.worker.ask({"op": "kernels", "calls": calls}, [], protocol.Kernels)
+        changed = self.sets.changed(windows, self.fresh)
+        if changed:
+            raise CaseEnded(
+                statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (kernel times)"
+            )
+        if reply.error is not None:
+            return {"error": reply.error}
+        return {
+            "us": reply.us,
+            "copies_us": reply.copies_us,
+            "launches": reply.launches,
+            "calls": calls,
+        }
+
     def _keep_for_checking(self, method: str, count: int, windows, outputs) -> None:
         """Reservoir sampling: after ``count`` samples, each of them is among the kept
         CHECKS with the same probability. One random call's outputs are copied out of

@@ -32,6 +32,9 @@ _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _zero = torch.Tensor.zero_
+_profile = torch.profiler.profile
+_CUDA_ACTIVITY = torch.profiler.ProfilerActivity.CUDA
+_CUDA_DEVICE = torch.autograd.DeviceType.CUDA
 FAKE_GRAPH = os.environ.get("INFERENCE_KERNELS_FAKE_GRAPH") == "1"
 if FAKE_GRAPH and not torch.cuda.is_available():  # the stand-in's world: not capturing yet
     torch.cuda.is_current_stream_capturing = lambda: False
@@ -57,6 +60,57 @@ def sample(slots: list[Slot], device: torch.device) -> tuple[float, float | None
     _synchronize(device)
     host = (_perf_counter() - began) * 1e6 / calls
     return _elapsed(start, end) * 1000 / calls, host, outputs
+
+
+def kernel_sample(slots: list[Slot], device: torch.device) -> tuple[float, float, float]:
+    """Run every slot once, eagerly, under CUPTI activity tracing (torch's profiler):
+    (microseconds of kernels per call, of memory copies and sets per call, kernels per call).
+
+    A kernel's duration is from its start to its end on the device, what Nsight Compute
+    reports as ``gpu__time_duration``: it leaves out the gap between one kernel's end and
+    the next one's start, which a timed sequence of calls includes (about 1 us on the H200,
+    docs/measurements/h200-regimes.md)."""
+    if device.type != "cuda":
+        raise RuntimeError("kernel durations come from CUPTI, on a CUDA device only")
+    _synchronize(device)
+    with _profile(activities=[_CUDA_ACTIVITY]) as profiled:
+        for slot in slots:
+            slot()
+        _synchronize(device)
+    return device_times(profiled.profiler.kineto_results.events(), len(slots))
+
+
+def device_times(events: Any, calls: int) -> tuple[float, float, float]:
+    """From profiler events: (kernel us per call, copy and set us per call, kernels per
+    call). Events of other kinds (host calls, synchronization) are not device work."""
+    kernels = copies = 0.0
+    count = 0
+    for event in events:
+        kind = _kind(event)
+        if kind == "kernel":
+            kernels += event.duration_ns()
+            count += 1
+        elif kind in ("gpu_memcpy", "gpu_memset"):
+            copies += event.duration_ns()
+    return kernels / 1e3 / calls, copies / 1e3 / calls, count / calls
+
+
+def _kind(event: Any) -> str:
+    """An event's activity: "kernel", "gpu_memcpy", "gpu_memset", or another (host) kind.
+    Before torch 2.12 events do not say: device events are then told apart by name, as
+    CUPTI names copies and sets ("Memcpy HtoD (Device -> Device)", "Memset (Device)")."""
+    if hasattr(event, "activity_type"):
+        return event.activity_type()
+    if event.device_type() != _CUDA_DEVICE:
+        return "host"
+    name = event.name()
+    return (
+        "gpu_memcpy"
+        if name.startswith("Memcpy")
+        else "gpu_memset"
+        if name.startswith("Memset")
+        else "kernel"
+    )
 
 
 def capture(slots: list[Slot], warmup: int, device: torch.device) -> tuple[Any, list[Any]]:

@@ -258,6 +258,21 @@ class Worker:
             reply["outputs"] = self._sample_outputs(method, produced)
         return reply
 
+    def kernels(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One eager sample of ``calls`` calls under CUPTI: its kernels' own durations."""
+        calls = message["calls"]
+        if calls > len(self.sets):
+            raise CallFailed(
+                statuses.TIMING_ERROR, f"kernels: {calls} calls, {len(self.sets)} sets"
+            )
+        slots = [self._slot(i, "eager") for i in range(calls)]
+        try:
+            us, copies_us, launches = timer.kernel_sample(slots, self.device)
+        except Exception as error:
+            self._synchronize()
+            return {"op": "kernels", "error": _one_line(error)}
+        return {"op": "kernels", "us": us, "copies_us": copies_us, "launches": launches}
+
     def _sample_outputs(self, method: str, produced: list[Any]) -> list | str:
         """References to each slot's outputs, or "same" when they are those of the
         method's previous sample (a graph's on CUDA always are: its outputs are exported
@@ -317,6 +332,8 @@ class Worker:
                     reply = {"op": "mapped"}
                 elif op == "method":
                     reply = self.method(message)
+                elif op == "kernels":
+                    reply = self.kernels(message)
                 elif op == "go":
                     # No cyclic collection while a sample runs and its outputs are named:
                     # a pause there is no part of the solution's time, yet the referee,

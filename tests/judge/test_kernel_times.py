@@ -1,0 +1,75 @@
+"""The burst regime's kernel durations (``timing.kernels``): the device's own time of a
+case's kernels, from CUPTI in the worker, beside the judged times (issue 11: what Nsight
+Compute reports leaves out the gap between kernels). On the CPU there is no CUPTI: the
+row says so, and the path from the referee to the worker and back is still exercised."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from candidates import ROOT, SOLUTIONS, candidates_request, write_candidate
+
+from inference_kernels import schema
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.judge import protocol
+from inference_kernels.judge.session import judge
+from inference_kernels.judge.timing import device_times
+
+
+def _event(kind: str, ns: int):
+    return SimpleNamespace(activity_type=lambda: kind, duration_ns=lambda: ns)
+
+
+def test_device_times_sum_kernels_and_copies_per_call_and_skip_host_events():
+    events = [
+        _event("kernel", 10_000),
+        _event("kernel", 2_500),
+        _event("gpu_memset", 1_000),
+        _event("gpu_memcpy", 500),
+        _event("cpu_op", 90_000),  # host side: not device time
+        _event("cuda_runtime", 7_000),
+        _event("kernel", 12_500),
+        _event("kernel", 11_000),
+    ]
+    us, copies, launches = device_times(events, calls=2)
+    assert us == pytest.approx(18.0)  # (10 + 2.5 + 12.5 + 11) us over 2 calls
+    assert copies == pytest.approx(0.75)
+    assert launches == 2.0
+
+
+def test_device_times_tell_kinds_by_name_where_events_do_not_say_them():
+    # torch before 2.12 (the H200's 2.11) has no activity_type on its events
+    from torch.autograd import DeviceType
+
+    def event(name, device, ns):
+        return SimpleNamespace(
+            name=lambda: name, device_type=lambda: device, duration_ns=lambda: ns
+        )
+
+    events = [
+        event("cudnn_sdpa_kernel", DeviceType.CUDA, 4_000),
+        event("Memset (Device)", DeviceType.CUDA, 1_000),
+        event("Memcpy DtoD (Device -> Device)", DeviceType.CUDA, 2_000),
+        event("aten::scaled_dot_product_attention", DeviceType.CPU, 50_000),
+    ]
+    assert device_times(events, calls=1) == (4.0, 3.0, 1.0)
+
+
+@pytest.mark.parametrize("bad", [{"us": -1.0}, {"us": float("inf")}, {"launches": float("nan")}])
+def test_a_worker_cannot_report_negative_or_endless_kernel_times(bad):
+    with pytest.raises(protocol.Violation):
+        protocol.parse({"op": "kernels", **bad}, protocol.Kernels)
+
+
+def test_a_burst_case_on_the_cpu_says_it_has_no_kernel_durations(tmp_path):
+    candidate = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    judge(load_dataset(ROOT / "dataset"), candidates_request(tmp_path, [candidate], regime="burst"))
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    honest = [r for r in rows if r.get("solution") == "honest"]
+    assert honest and all(r["status"] == "passed" for r in honest)
+    for row in honest:
+        kernels = schema.TimingRecord.model_validate(row["timing"]).kernels
+        assert kernels is not None and kernels.us is None
+        assert kernels.error.startswith(
+            "RuntimeError: kernel durations come from CUPTI, on a CUDA device only"
+        )
