@@ -3,8 +3,9 @@
     python scripts/case_breakdown.py RESULTS.jsonl [...] [--by-definition]
 
 Prints the seconds summed over all cases per step (referee, inputs, reference, worker,
-call, device_load, sizing, samples, checks, other) with their share, and with --by-definition
-the same per definition. Rows written before the breakdown existed are counted apart.
+call, device_load, sizing, setup, refresh, samples, compare, checks, other) with their
+share, and with --by-definition the same per definition. Rows written before the
+breakdown existed are counted apart.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ STEPS = (
     "call",
     "device_load",
     "sizing",
+    "setup",
+    "refresh",
     "samples",
+    "compare",
     "checks",
 )
 

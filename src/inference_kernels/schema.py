@@ -346,8 +346,8 @@ class CaseRow(BaseModel):
     hashes: dict[str, str] = {}
     seconds: float = 0.0
     # Where ``seconds`` went (judge/stopwatch.py): referee (its start), inputs and reference
-    # (the workload's, on its first row), worker, call, device_load, sizing, samples,
-    # checks, other.
+    # (the workload's, on its first row), worker, call, device_load, sizing, setup, refresh,
+    # samples, compare, checks, other.
     breakdown: dict[str, float] = {}
     mac: str | None = None  # HMAC of the row with the judge's key (signing.py)
 

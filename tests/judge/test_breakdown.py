@@ -7,6 +7,7 @@ from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge.session import judge
 
 STEPS = {"inputs", "reference", "worker", "call", "device_load", "sizing", "samples", "checks"}
+SAMPLING = {"setup", "refresh", "compare"}  # inside sizing and samples, counted apart
 
 
 def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):
@@ -15,10 +16,29 @@ def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):
     (row,) = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
     assert row["status"] == "passed", row
     parts = row["breakdown"]
-    assert set(parts) == STEPS | {"referee", "other"}, parts  # a new lane: a referee started
+    assert set(parts) == STEPS | SAMPLING | {"referee", "other"}, parts  # a new lane
     assert abs(sum(parts.values()) - row["seconds"]) < 0.01, (parts, row["seconds"])
     assert parts["samples"] > 0 and parts["reference"] > 0 and parts["worker"] > 0
+    assert parts["refresh"] > 0 and parts["compare"] > 0 and parts["setup"] > 0
     assert parts["other"] < 0.5 * row["seconds"], parts  # the steps are most of the case
+
+
+def test_nested_spans_count_once_each():
+    import time
+
+    from inference_kernels.judge.stopwatch import Stopwatch
+
+    watch = Stopwatch()
+    began = time.monotonic()
+    with watch.span("samples"):
+        time.sleep(0.02)
+        for _ in range(2):
+            with watch.span("refresh"):
+                time.sleep(0.03)
+    whole = time.monotonic() - began
+    assert abs(sum(watch.seconds.values()) - whole) < 0.005
+    assert 0.06 <= watch.seconds["refresh"] < 0.08
+    assert 0.02 <= watch.seconds["samples"] < 0.035  # its own part, not the refreshes
 
 
 def test_a_case_that_fails_at_its_first_call_still_has_a_breakdown(tmp_path):

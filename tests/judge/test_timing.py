@@ -122,3 +122,20 @@ def test_sets_have_landed_on_the_device_before_anyone_is_told_of_them():
     side.synchronize()
     assert torch.equal(last, pages)
     stale.release()
+
+
+@pytest.mark.parametrize("row_bytes", [1, 2, 6, 8, 24, 36])
+@pytest.mark.parametrize("offset", [0, 1, 2, 8])
+def test_set_comparison_finds_any_one_byte_changed_at_any_width_and_offset(row_bytes, offset):
+    # The sets are compared as the widest integers their rows divide into; every byte
+    # still counts, wherever the rows start (a mis-sized view would skip a tail or raise).
+    from inference_kernels.judge.sets import _differs
+
+    raw = torch.randint(0, 256, (offset + 5 * row_bytes,), dtype=torch.uint8)
+    actual = raw[offset:].view(5, row_bytes)
+    assert not bool(_differs(actual, actual.clone()))
+    for row in range(5):
+        for byte in range(row_bytes):
+            expected = actual.clone()
+            expected[row, byte] ^= 0x01
+            assert bool(_differs(actual, expected)), (row, byte)

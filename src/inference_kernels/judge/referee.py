@@ -389,6 +389,7 @@ class Referee:
         sampler.shapes = job.expected
         sampler.grow = lambda count: self._sets(worker, count, share, replacing=sampler.sets)
         sampler.clock = self.clock
+        sampler.watch = self.watch
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:

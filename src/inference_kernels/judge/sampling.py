@@ -45,6 +45,7 @@ from .schedule import (
     summary,
 )
 from .sets import InputSets
+from .stopwatch import Stopwatch
 from .workers import CaseEnded, WorkerHandle
 
 # Samples of each method whose outputs are checked, one call each. One was too few: a
@@ -76,6 +77,7 @@ class Sampler:
     refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
     suspect: list[str] = field(default_factory=list)
     clock: Reader | None = None  # the device's clocks, read after each sample (clocks.py)
+    watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -87,7 +89,8 @@ class Sampler:
         """Refresh the sets with ``windows``, run one sample on them; (the worker's report,
         with "same" outputs resolved, and the seconds the referee saw)."""
         calls = len(windows)
-        self.sets.refresh(windows, self.fresh)
+        with self.watch.span("refresh"):
+            self.sets.refresh(windows, self.fresh)
         if self.cold_l2 and self.kind == "cuda":
             timing.flush_l2(self.device, self._scratch)
         message = {"op": "go", "method": method, "index": index, "calls": calls}
@@ -152,10 +155,11 @@ class Sampler:
         setup = {"op": "method", "method": method, "calls": iters, "warmup": self.plan.warmup}
         if launch:
             setup["launch"] = launch
-        if method != "graph":  # only a graph may be unavailable (one that cannot be captured)
-            self.worker.ask(setup, [], protocol.Ready)
-            return None
-        ready = self.worker.ask(setup, [], protocol.Ready, protocol.Unavailable)
+        with self.watch.span("setup"):
+            if method != "graph":  # only a graph may be unavailable (one that cannot be captured)
+                self.worker.ask(setup, [], protocol.Ready)
+                return None
+            ready = self.worker.ask(setup, [], protocol.Ready, protocol.Unavailable)
         return ready.error if isinstance(ready, protocol.Unavailable) else None
 
     def time_methods(self, methods: list[str], launch: str | None) -> dict[str, dict[str, Any]]:
@@ -270,7 +274,8 @@ class Sampler:
         if self.clock is not None and (reading := self.clock()) is not None:
             phase.clocks.readings.append(reading)
         self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
-        changed = self.sets.changed(windows, self.fresh)
+        with self.watch.span("compare"):
+            changed = self.sets.changed(windows, self.fresh)
         if changed:
             raise CaseEnded(
                 statuses.INPUT_MUTATED,
@@ -289,9 +294,11 @@ class Sampler:
         ranges: rows show it beside the judged times and nothing ranks on it."""
         calls = min(calls, self.sets.count)
         windows = [self.fresh.offsets() for _ in range(calls)]
-        self.sets.refresh(windows, self.fresh)
+        with self.watch.span("refresh"):
+            self.sets.refresh(windows, self.fresh)
         reply = self.worker.ask({"op": "kernels", "calls": calls}, [], protocol.Kernels)
-        changed = self.sets.changed(windows, self.fresh)
+        with self.watch.span("compare"):
+            changed = self.sets.changed(windows, self.fresh)
         if changed:
             raise CaseEnded(
                 statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (kernel times)"
