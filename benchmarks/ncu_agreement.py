@@ -17,8 +17,9 @@ from HBM. Printed as JSON:
 - ``ncu``, ``ncu_warm``: kernel time per call, kernels per call and their names;
 - ``plain``: the baseline timed in this process without the judge (``plain``'s doc);
 - ``burst``: the judge's graph median, its ratio to each ncu time, each side's SM clock;
-  and the judge's CUPTI kernel durations (``timing.kernels``) with their ratios
-  (``kernel_over_ncu``): like for like with ncu, no gap between kernels;
+  and the judge's CUPTI kernel durations (``run --kernel-times``: ``timing.kernels``) with
+  their ratios to each ncu time (``kernel_over_ncu``, ``kernel_over_ncu_warm``): like for
+  like with ncu, no gap between kernels;
 - ``sustained``: the judge's graph median, its SM clock and power, and the ratio to the
   burst time of the same kernel.
 
@@ -109,7 +110,7 @@ def judged(regime: str) -> dict[str, dict]:
     uuids = [_workload(dataset, d, axes).uuid for d, axes, _ in KERNELS.values()]
     folder = Path(tempfile.mkdtemp(prefix=f"ncu-{regime}-"))
     definitions = sorted({d for d, _, _ in KERNELS.values()})
-    rows = judge_baselines(definitions, uuids, "all", regime, folder)
+    rows = judge_baselines(definitions, uuids, "all", regime, folder, regime == "burst")
     rows = [row for row in rows if row.get("type") == "case"]
     found = {}
     for name, (definition, axes, _) in KERNELS.items():

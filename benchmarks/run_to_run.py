@@ -31,9 +31,11 @@ KERNELS = {
 }
 
 
-def judge_baselines(definitions, workloads, suite, regime, folder: Path) -> list[dict]:
+def judge_baselines(
+    definitions, workloads, suite, regime, folder: Path, kernel_times: bool = False
+) -> list[dict]:
     """The rows of the task baselines of ``definitions`` judged on one GPU in ``regime``
-    (also used by ncu_agreement.py)."""
+    (also used by ncu_agreement.py, with ``kernel_times``: CUPTI durations in each row)."""
     from inference_kernels.dataset.layout import load_dataset
     from inference_kernels.judge.session import Request, judge
 
@@ -47,6 +49,7 @@ def judge_baselines(definitions, workloads, suite, regime, folder: Path) -> list
         report=folder / "results.jsonl",
         cache=folder / "cache",
         regime=regime,
+        kernel_times=kernel_times,
     )
     return judge(dataset, request)
 

@@ -19,7 +19,7 @@ def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):
     assert set(parts) == STEPS | SAMPLING | {"referee", "other"}, parts  # a new lane
     assert abs(sum(parts.values()) - row["seconds"]) < 0.01, (parts, row["seconds"])
     assert parts["samples"] > 0 and parts["reference"] > 0 and parts["worker"] > 0
-    assert parts["refresh"] > 0 and parts["compare"] > 0 and parts["setup"] > 0
+    assert parts["refresh"] > 0 and parts["compare"] > 0 and parts["setup"] >= 0  # ms on the CPU
     assert parts["other"] < 0.5 * row["seconds"], parts  # the steps are most of the case
 
 

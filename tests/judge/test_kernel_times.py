@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from candidates import ROOT, SOLUTIONS, candidates_request, write_candidate
+from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
 
 from inference_kernels import schema
 from inference_kernels.dataset.layout import load_dataset
@@ -61,15 +61,34 @@ def test_a_worker_cannot_report_negative_or_endless_kernel_times(bad):
         protocol.parse({"op": "kernels", **bad}, protocol.Kernels)
 
 
-def test_a_burst_case_on_the_cpu_says_it_has_no_kernel_durations(tmp_path):
+def _judged(tmp_path, **options) -> tuple[list[dict], int]:
+    """The honest candidate's rows on two workloads, and the seconds its second case spent
+    getting a worker (a start imports torch in a new process: a second or more here)."""
+    task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
     candidate = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
-    judge(load_dataset(ROOT / "dataset"), candidates_request(tmp_path, [candidate], regime="burst"))
+    request = candidates_request(tmp_path, [candidate], workloads=task["dev"][:2], **options)
+    judge(load_dataset(ROOT / "dataset"), request)
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    honest = [r for r in rows if r.get("solution") == "honest"]
-    assert honest and all(r["status"] == "passed" for r in honest)
-    for row in honest:
+    rows = [r for r in rows if r.get("solution") == "honest"]
+    return rows, rows[-1]["breakdown"]["worker"]
+
+
+def test_kernel_times_are_asked_for_and_their_worker_is_not_timed_again(tmp_path):
+    # On the CPU there is no CUPTI: the row says so; the path through referee, protocol
+    # and worker still runs. Each case's worker is replaced after its profiled sample, so
+    # that the profiler, which may stay attached to a process, is in no later timing.
+    rows, second_worker = _judged(tmp_path, kernel_times=True, regime="burst")
+    assert len(rows) == 2 and all(r["status"] == "passed" for r in rows), rows
+    for row in rows:
         kernels = schema.TimingRecord.model_validate(row["timing"]).kernels
         assert kernels is not None and kernels.us is None
         assert kernels.error.startswith(
             "RuntimeError: kernel durations come from CUPTI, on a CUDA device only"
         )
+    assert second_worker > 0.3, second_worker  # a new worker
+
+
+def test_without_kernel_times_no_profiler_runs_and_the_worker_stays(tmp_path):
+    rows, second_worker = _judged(tmp_path)
+    assert len(rows) == 2 and all(r["timing"].get("kernels") is None for r in rows)
+    assert second_worker < 0.3, second_worker  # the first case's, thawed

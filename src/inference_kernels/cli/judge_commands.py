@@ -134,6 +134,16 @@ def run(
             "be captured, and on the CPU, the plain calls are timed instead)."
         ),
     ] = ",".join(schema.METHODS),
+    kernel_times: Annotated[
+        bool,
+        typer.Option(
+            "--kernel-times",
+            help="Also record each case's kernel durations from CUPTI (timing.kernels: one "
+            "more eager sample under torch's profiler), the figure to hold against Nsight "
+            "Compute. The worker is replaced after it, so that no later sample is timed in "
+            "a process the profiler was in (about 3 s per case on the H200). Never ranked on.",
+        ),
+    ] = False,
     cache: Annotated[
         Path | None,
         typer.Option(help="Reference outputs (kept between runs), solution packages, logs."),
@@ -207,6 +217,7 @@ def run(
         cold_l2=cold_l2,
         regime=regime,
         methods=tuple(m for m in schema.METHODS if m in chosen),
+        kernel_times=kernel_times,
         timeout=timeout,
         data_root=data_root,
         cache=cache,

@@ -62,6 +62,7 @@ class Lane:
             "cold_l2": self.options.cold_l2,
             "regime": self.options.regime,
             "methods": list(self.options.methods),
+            "kernel_times": self.options.kernel_times,
             "lane": self.name,
         }
         self.process = context.Process(

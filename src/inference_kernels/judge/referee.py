@@ -106,6 +106,7 @@ class Referee:
         self.rested_since: float | None = None  # the end of the last load or samples
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
+        self.profiled = False  # the current case's worker ran under the profiler
 
     # ------------------------------------------------------------------ workloads
 
@@ -239,7 +240,7 @@ class Referee:
         if self.current is None:
             verdict.update(status=statuses.REFERENCE_ERROR, error="no workload is prepared")
             return verdict
-        worker, self.watch = None, Stopwatch()
+        worker, self.watch, self.profiled = None, Stopwatch(), False
         try:
             with self.watch.span("worker"):
                 worker = self._worker(solution)
@@ -249,6 +250,10 @@ class Referee:
         finally:
             if worker is not None:
                 worker.end_case()
+            if self.profiled and solution.name in self.workers:
+                # The profiler may stay attached to the process (CUPTI is not always torn
+                # down): no later sample is timed in it.
+                self._retire(solution.name)
         verdict["seconds"] = self.watch.rounded()
         return verdict
 
@@ -360,9 +365,10 @@ class Referee:
                 # still timed, by its plain calls (the row says graph: unavailable).
                 timed |= sampler.time_methods(["eager"], None)
             verdict["timing"].update(timed)
-            if regime == "burst":  # what Nsight Compute would time: the kernels alone
+            if self.options.get("kernel_times"):  # what Nsight Compute times: kernels alone
                 eager = timed.get("eager", {})
                 calls = eager.get("calls_per_sample", sampler.plan.iters)
+                self.profiled = True  # the worker goes after this case (judge())
                 verdict["timing"]["kernels"] = sampler.kernel_times(calls)
         self.rested_since = time.monotonic()
         verdict["timing"]["sets"] = {

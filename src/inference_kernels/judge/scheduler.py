@@ -38,6 +38,7 @@ class Options:
     cold_l2: bool = False
     regime: str = "sustained"
     methods: tuple[str, ...] = METHODS  # what a case times
+    kernel_times: bool = False  # and its kernels' CUPTI durations (referee.py)
     device_type: str = "cpu"  # "cuda" or "cpu": what a Ray task asks for (ray_backend.py)
 
     @property

@@ -45,6 +45,7 @@ class Request:
     cold_l2: bool = False
     regime: str = "sustained"  # "burst": no preheat or load (referee.py)
     methods: tuple[str, ...] = schema.METHODS  # what is timed (schema.METHODS)
+    kernel_times: bool = False  # each case's CUPTI kernel durations too (referee.py)
     timeout: float = 600.0
     data_root: Path | None = None
     cache: Path | None = None
@@ -203,6 +204,7 @@ def judge(
             validation_only=request.validation_only,
             regime=request.regime,
             methods=list(request.methods),
+            kernel_times=request.kernel_times,
             isolation=isolation,
             manifest=pinned,
             dropped_rows=earlier.dropped,
@@ -225,6 +227,7 @@ def judge(
         cold_l2=request.cold_l2,
         regime=request.regime,
         methods=request.methods,
+        kernel_times=request.kernel_times,
         device_type=device_type,
     )
 
