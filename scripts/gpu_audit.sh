@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 13: the full audit (every workload of the dataset, each definition's baseline,
+# validation and graph timing) on one GPU, in parts that fit one device call. Each part
+# resumes REPORT and stops after PART_SECONDS; copy $OUT/audit.jsonl back to REPORT here
+# before the next call (REPORT lives under results/, which travels with `carry`).
+# REFERENCES=1 first fills the reference cache for the whole dataset and says how long it
+# took (the cold-cache cost); the cache stays on the machine while it is held (warm).
+#   device run: export INFERENCE_KERNELS_CONFIG=$PWD/results/ikconfig; bash scripts/gpu_audit.sh
+set -uo pipefail
+PART_SECONDS=${PART_SECONDS:-520}
+REPORT=${REPORT:-results/audit/audit.jsonl}
+CACHE=${CACHE:-/tmp/ikcache}
+OUT=${OUT:-results/audit}
+source scripts/gpu_setup.sh >/dev/null
+mkdir -p "$(dirname "$REPORT")" "$OUT"
+began=$(date +%s)
+if [[ ${REFERENCES:-0} == 1 ]]; then
+  timeout "$PART_SECONDS" python3 -m inference_kernels.cli reference --suite all --device cuda \
+    --cache "$CACHE" > "$OUT/references.log" 2>&1
+  echo "references rc=$? seconds=$(( $(date +%s) - began ))"
+fi
+left=$(( PART_SECONDS - ($(date +%s) - began) ))
+if [[ -s $REPORT ]]; then again=--resume; else again=--overwrite; fi
+timeout "$left" python3 -m inference_kernels.cli run --device cuda --suite all --methods graph \
+  --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
+echo "audit part rc=$? seconds=$(( $(date +%s) - began ))"
+[[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
+python3 scripts/case_breakdown.py "$REPORT" | tail -17
