@@ -207,6 +207,21 @@ class Task(Strict):
     sources: list[str] = []
 
 
+class Roofline(Strict):
+    """The least work a definition's workload needs (``dataset/rooflines.py``): FLOPs and
+    bytes moved as expressions over its axes and, for sparse and paged definitions, its
+    inputs' values (the constraint language, ``dataset/constraints.py``), with named steps
+    in ``let`` evaluated in order. ``bytes`` left out: every input read once and every
+    output written once, from the definition's shapes."""
+
+    definition: str
+    math: Literal["bf16", "fp8", "fp8xfp4", "fp32"]  # the peak its FLOPs are held to
+    let: dict[str, str] = {}
+    flops: str
+    bytes: str | None = None
+    note: str | None = None
+
+
 # ----------------------------------------------------------------------------- capture
 
 

@@ -173,6 +173,15 @@ def _print_described(entry: dict) -> None:
     console.print(axes)
     for constraint in entry["constraints"]:
         console.print(f"  constraint: {constraint}", highlight=False)
+    if roofline := entry["roofline"]:
+        for step, expression in roofline.get("let", {}).items():
+            console.print(f"  least work: {step} = {escape(expression)}", highlight=False)
+        moved = roofline.get("bytes", "every input read once, every output written once")
+        console.print(
+            f"  least work: flops = {escape(roofline['flops'])} ({roofline['math']}); "
+            f"bytes = {escape(moved)}",
+            highlight=False,
+        )
     task = entry["task"]
     console.print(f"{entry['workloads']} workloads", highlight=False)
     if task:

@@ -32,6 +32,7 @@ _FUNCTIONS = {
     "len": len,
     "ceil_div": lambda a, b: -(-a // b),
     "floor": math.floor,
+    "arange": torch.arange,
 }
 _METHODS = {
     "all",
@@ -163,6 +164,21 @@ def needs_values(expression: str, inputs: set[str]) -> bool:
     """Whether the constraint reads one of ``inputs`` other than through ``.shape``."""
     tree, _ = parse(expression)
     return bool(_value_names(tree) & inputs)
+
+
+def compute(expression: str, scope: Mapping[str, Any]) -> Any:
+    """The value of ``expression``, vetted as a constraint is, over ``scope`` (names ->
+    numbers or tensors). Raises ConstraintSyntaxError for a malformed expression and
+    ValueError for a name not in ``scope`` or an evaluation that fails."""
+    tree, names = parse(expression)
+    missing = names - set(scope)
+    if missing:
+        raise ValueError(f"unknown name(s): {', '.join(sorted(missing))}")
+    try:
+        code = compile(tree, "<expression>", "eval")
+        return eval(code, {"__builtins__": {}}, {**_FUNCTIONS, **scope})
+    except Exception as error:
+        raise ValueError(f"cannot evaluate: {type(error).__name__}: {error}") from None
 
 
 def evaluate(

@@ -1,6 +1,7 @@
 """Everything a solution author needs to know of one definition, in one place: the call
 signature, every input and output with its shape and dtype, the axes (constant values,
-and the range the workloads span), constraints, and the task's tolerance and timing."""
+and the range the workloads span), constraints, the least work of a workload (its
+roofline, where the dataset has one), and the task's tolerance and timing."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def describe(dataset: Dataset, name: str) -> dict[str, Any]:
         "inputs": {k: _tensor(v) for k, v in definition.inputs.items()},
         "outputs": {k: _tensor(v) for k, v in definition.outputs.items()},
         "constraints": definition.constraints,
+        "roofline": roofline.model_dump(exclude={"definition"}, exclude_none=True)
+        if (roofline := dataset.rooflines.get(name))
+        else None,
         "workloads": len(workloads),
         "task": None
         if task is None

@@ -4,6 +4,7 @@
     workloads/<op_type>/<name>.jsonl         one TraceLine per line
     solutions/<family>/<name>.json           one Solution each
     tasks/<definition>.json                  one Task each (ours; peers have none)
+    rooflines/<definition>.json              one Roofline each (ours: the least work)
     captures.jsonl                           one CaptureRecord per line (ours)
     blob/workloads/<definition>/<sha256>.safetensors
 
@@ -24,7 +25,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import DatasetError, Problem
-from ..schema import CaptureRecord, Definition, Solution, Task, TraceLine, Workload
+from ..schema import CaptureRecord, Definition, Roofline, Solution, Task, TraceLine, Workload
+from .rooflines import problems as roofline_problems
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -39,6 +41,7 @@ class Dataset:
     solutions: dict[str, Solution] = field(default_factory=dict)
     solution_files: dict[str, Path] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
+    rooflines: dict[str, Roofline] = field(default_factory=dict)
     captures: dict[str, CaptureRecord] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -154,6 +157,7 @@ def load_dataset(root: str | Path) -> Dataset:
     _load_workloads(dataset)
     _load_solutions(dataset)
     _load_tasks(dataset)
+    _load_rooflines(dataset)
     _load_captures(dataset)
     return dataset
 
@@ -227,6 +231,16 @@ def _load_tasks(dataset: Dataset) -> None:
                 Problem(file, "definition", f"{task.definition!r} differs from the file name")
             )
         dataset.tasks[task.definition] = task
+
+
+def _load_rooflines(dataset: Dataset) -> None:
+    for path, file, roofline in _json_files(dataset, "rooflines/*.json", Roofline):
+        found = roofline_problems(roofline, dataset.definitions, file)
+        if path.stem != roofline.definition:
+            found.append(Problem(file, "definition", "differs from the file name"))
+        dataset.problems += found
+        if not found:
+            dataset.rooflines[roofline.definition] = roofline
 
 
 def _load_captures(dataset: Dataset) -> None:

@@ -1,0 +1,106 @@
+"""The least work of a workload: the FLOPs and the bytes any kernel for its definition
+must spend on it (issue 14's speed of light).
+
+A definition's roofline is data, ``rooflines/<definition>.json`` (``schema.Roofline``):
+expressions in the constraint language over the definition's axes and, where the work
+depends on them (the valid indices of a sparse or paged definition), its inputs' values;
+``let`` names steps, evaluated in order. FLOPs count a multiply-add as two; bytes count
+each input read once and each output written once (the default, from the definition's
+shapes and dtypes), or what the expression says (a sparse kernel reads only the rows its
+indices name). Adding a definition adds a file, not code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..dtypes import TORCH_DTYPES
+from ..errors import Problem
+from ..schema import Definition, Roofline
+from .constraints import ConstraintSyntaxError, compute, parse
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: int
+    bytes: int
+
+    def intensity(self) -> float:
+        """FLOPs per byte."""
+        return self.flops / self.bytes if self.bytes else math.inf
+
+
+def element_bytes(dtype: str) -> float:
+    """Bytes per element of a definition dtype (a packed FP4 pair is one byte: 0.5)."""
+    torch_dtype = TORCH_DTYPES[dtype]
+    size = torch.empty((), dtype=torch_dtype).element_size()
+    return size / 2 if torch_dtype == getattr(torch, "float4_e2m1fn_x2", None) else size
+
+
+def io_bytes(definition: Definition, axes: dict[str, int]) -> int:
+    """Every input read once and every output written once (a scalar is one element)."""
+    total = 0.0
+    for spec in (*definition.inputs.values(), *definition.outputs.values()):
+        elements = math.prod(axes[axis] for axis in spec.shape or [])
+        total += elements * element_bytes(spec.dtype)
+    return int(total)
+
+
+def work(
+    roofline: Roofline,
+    definition: Definition,
+    axes: dict[str, int],
+    inputs: dict[str, Any] | None = None,
+) -> Work:
+    """The roofline's FLOPs and bytes for one workload (``axes``: all of them, constant and
+    variable; ``inputs``: values by name, needed only by expressions that read them).
+    Raises ValueError naming the step that failed."""
+    scope: dict[str, Any] = {**axes, **(inputs or {})}
+    for name, expression in roofline.let.items():
+        scope[name] = _value(expression, scope, f"let.{name}")
+    flops = _value(roofline.flops, scope, "flops")
+    moved = (
+        _value(roofline.bytes, scope, "bytes")
+        if roofline.bytes is not None
+        else io_bytes(definition, axes)
+    )
+    return Work(int(flops), int(moved))
+
+
+def _value(expression: str, scope: dict[str, Any], field: str) -> Any:
+    try:
+        value = compute(expression, scope)
+    except (ConstraintSyntaxError, ValueError) as error:
+        raise ValueError(f"{field}: {error}") from None
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    return value
+
+
+def problems(roofline: Roofline, definitions: dict[str, Definition], file: str) -> list[Problem]:
+    """What is wrong with a roofline file: an unknown definition, an expression outside the
+    language, or a name that is none of the definition's axes and inputs nor an earlier
+    step."""
+    definition = definitions.get(roofline.definition)
+    if definition is None:
+        return [Problem(file, "definition", f"no definition named {roofline.definition!r}")]
+    known = set(definition.axes) | set(definition.inputs)
+    found = []
+    steps = [(f"let.{name}", expression) for name, expression in roofline.let.items()]
+    steps += [("flops", roofline.flops)]
+    steps += [("bytes", roofline.bytes)] if roofline.bytes is not None else []
+    for field, expression in steps:
+        try:
+            _, names = parse(expression)
+        except ConstraintSyntaxError as error:
+            found.append(Problem(file, field, str(error)))
+            continue
+        if unknown := sorted(names - known):
+            found.append(Problem(file, field, f"unknown name(s): {', '.join(unknown)}"))
+        if field.startswith("let."):
+            known.add(field.removeprefix("let."))
+    return found
