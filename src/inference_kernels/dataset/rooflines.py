@@ -62,23 +62,26 @@ def work(
     scope: dict[str, Any] = {**axes, **(inputs or {})}
     for name, expression in roofline.let.items():
         scope[name] = _value(expression, scope, f"let.{name}")
-    flops = _value(roofline.flops, scope, "flops")
-    moved = (
-        _value(roofline.bytes, scope, "bytes")
-        if roofline.bytes is not None
-        else io_bytes(definition, axes)
-    )
-    return Work(int(flops), int(moved))
+    flops = _count(_value(roofline.flops, scope, "flops"), "flops")
+    if roofline.bytes is None:
+        return Work(flops, io_bytes(definition, axes))
+    return Work(flops, _count(_value(roofline.bytes, scope, "bytes"), "bytes"))
 
 
 def _value(expression: str, scope: dict[str, Any], field: str) -> Any:
     try:
-        value = compute(expression, scope)
+        return compute(expression, scope)
     except (ConstraintSyntaxError, ValueError) as error:
         raise ValueError(f"{field}: {error}") from None
+
+
+def _count(value: Any, field: str) -> int:
+    """A whole, nonnegative number (a one-element tensor is one)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
-    return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{field}: {value!r} is not a count")
+    return int(value)
 
 
 def problems(roofline: Roofline, definitions: dict[str, Definition], file: str) -> list[Problem]:
