@@ -1,0 +1,129 @@
+"""The device's measured peaks, the other half of a roofline (dataset/rooflines.py: the
+least work of a workload): dense BF16 and FP8 tensor throughput, memory bandwidth, and the
+time of one empty kernel in a CUDA graph (the floor under any bound: a tiny decode is not
+held to less than a launch).
+
+Each figure is the best of several CUDA-graph replays (events), after a warm-up, with the
+SM clock read right after (NVML); on the CPU, wall clock and small sizes, indicative only.
+Printed as JSON, the provenance with it (device, driver, torch, sizes, method):
+
+    PYTHONPATH=src python3 benchmarks/peaks.py [--device cuda] > peaks.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+
+import torch
+
+REPLAYS = 7
+
+
+def _best_seconds(work: Callable[[], object], repeat: int, device: torch.device) -> float:
+    """Seconds per ``work()``: the best of REPLAYS timings of ``repeat`` calls (a CUDA graph
+    of them on CUDA, a loop on the CPU)."""
+    for _ in range(3):
+        work()
+    if device.type != "cuda":
+        times = []
+        for _ in range(REPLAYS):
+            began = time.perf_counter()
+            for _ in range(repeat):
+                work()
+            times.append((time.perf_counter() - began) / repeat)
+        return min(times)
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            work()
+    graph.replay()  # warm
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / repeat)
+    return min(times)
+
+
+def bf16_tflops(n: int, device: torch.device) -> float:
+    a = torch.randn(n, n, device=device).bfloat16()
+    b = torch.randn(n, n, device=device).bfloat16()
+    out = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+    seconds = _best_seconds(lambda: torch.mm(a, b, out=out), 10, device)
+    return 2 * n**3 / seconds / 1e12
+
+
+def fp8_tflops(n: int, device: torch.device) -> float:
+    """torch._scaled_mm on e4m3 operands (cuBLASLt FP8), BF16 out, per-tensor scales."""
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()  # column-major, as needed
+    one = torch.ones((), device=device)
+    seconds = _best_seconds(
+        lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+        10,
+        device,
+    )
+    return 2 * n**3 / seconds / 1e12
+
+
+def memory_tb_s(size: int, device: torch.device) -> float:
+    """A copy of ``size`` bytes reads and writes them: 2 * size bytes moved."""
+    source = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+    target = torch.empty_like(source)
+    seconds = _best_seconds(lambda: target.copy_(source), 5, device)
+    return 2 * size / seconds / 1e12
+
+
+def empty_kernel_us(device: torch.device) -> float:
+    """One one-element kernel after another in a graph: the least any launch costs."""
+    x = torch.zeros(1, device=device)
+    return _best_seconds(lambda: x.add_(1), 1000, device) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    options = parser.parse_args()
+    device = torch.device(options.device)
+    cuda = device.type == "cuda"
+    n, size = (8192, 4 << 30) if cuda else (512, 256 << 20)
+    report: dict[str, object] = {
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "method": f"best of {REPLAYS} CUDA-graph replays, events"
+        if cuda
+        else f"best of {REPLAYS} wall-clock loops (indicative)",
+        "sizes": {"matmul_n": n, "copy_bytes": size},
+    }
+    figures = {
+        "bf16_tflops": lambda: bf16_tflops(n, device),
+        "fp8_tflops": lambda: fp8_tflops(n, device),
+        "memory_tb_s": lambda: memory_tb_s(size, device),
+        "empty_kernel_us": lambda: empty_kernel_us(device),
+    }
+    for name, measure in figures.items():
+        try:
+            report[name] = round(measure(), 3)
+        except Exception as error:  # FP8 where the device or build has none: say so
+            report[name] = None
+            report[f"{name}_error"] = f"{type(error).__name__}: {error}"[:300]
+    if cuda:
+        from inference_kernels.judge import clocks
+
+        read = clocks.reader(device)
+        reading = read() if read else None
+        report["sm_mhz"] = reading.sm_mhz if reading else None
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
