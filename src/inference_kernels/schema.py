@@ -336,6 +336,16 @@ class TimingRecord(_Row):
     error: str | None = None  # rows from before the timing_error status
 
 
+class LeastWork(_Row):
+    """The workload's least work by its definition's roofline (``dataset/rooflines.py``),
+    counted by the referee from the pristine inputs, or why it could not be."""
+
+    flops: int | None = None
+    bytes: int | None = None
+    math: str | None = None  # the peak the FLOPs are held to (Roofline.math)
+    error: str | None = None
+
+
 class CaseRow(BaseModel):
     """One line of a results file: a (solution, workload) case and its verdict.
 
@@ -358,6 +368,7 @@ class CaseRow(BaseModel):
     generator: str | None = None
     outputs: dict[str, dict[str, Any]] = {}
     timing: TimingRecord = TimingRecord()
+    work: LeastWork | None = None  # None: the dataset has no roofline for the definition
     hashes: dict[str, str] = {}
     seconds: float = 0.0
     # Where ``seconds`` went (judge/stopwatch.py): referee (its start), inputs and reference

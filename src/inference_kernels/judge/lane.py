@@ -121,6 +121,7 @@ class Lane:
             "definition": job.definition.model_dump_json(),
             "workload": job.workload.model_dump(mode="json"),
             "capture": job.capture.model_dump(mode="json") if job.capture else None,
+            "roofline": job.roofline.model_dump(mode="json") if job.roofline else None,
             "data_root": str(self.options.data_root),
             "tolerance": job.task.tolerance.model_dump(),
             "timing": job.task.timing.model_dump(),
@@ -137,6 +138,7 @@ class Lane:
                 row.status, row.error = prepared["status"], prepared["error"]
             else:
                 row.inputs, row.generator = prepared["inputs"], prepared["generator"]
+                row.work = prepared.get("work")
                 verdict = self._ask(
                     {"op": "judge", "solution": solution.model_dump_json()},
                     "judged",

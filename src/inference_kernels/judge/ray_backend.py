@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import statuses
-from ..schema import CaptureRecord, CaseRow, Definition, Solution, Task, Workload
+from ..schema import CaptureRecord, CaseRow, Definition, Roofline, Solution, Task, Workload
 from ..signing import key_folder
 from .lane import Lane
 from .results import Case, ResultWriter, digest
@@ -171,6 +171,7 @@ def _spec(job: Job) -> dict[str, Any]:
         "task": job.task.model_dump_json(),
         "solutions": [solution.model_dump_json() for solution in job.solutions],
         "capture": job.capture.model_dump_json() if job.capture else None,
+        "roofline": job.roofline.model_dump_json() if job.roofline else None,
     }
 
 
@@ -181,6 +182,7 @@ def _job(spec: dict[str, Any]) -> Job:
         Task.model_validate_json(spec["task"]),
         [Solution.model_validate_json(text) for text in spec["solutions"]],
         CaptureRecord.model_validate_json(spec["capture"]) if spec["capture"] else None,
+        Roofline.model_validate_json(spec["roofline"]) if spec.get("roofline") else None,
     )
 
 

@@ -22,6 +22,7 @@ import torch
 
 from .. import schema, signing, statuses
 from ..acceptance import compare
+from ..dataset.rooflines import work
 from ..errors import DatasetError
 from ..materialize.inputs import materialize
 from ..materialize.references import output_problems, run_reference
@@ -141,6 +142,9 @@ class Referee:
                 if isinstance(expected, str):
                     return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
                 self.cache.store(key, expected)
+        roofline = message.get("roofline")
+        with watch.span("inputs"):  # the least work is counted on them
+            least = _least_work(roofline, definition, workload, made.values) if roofline else None
         self.current = Workload(
             definition,
             workload,
@@ -154,6 +158,7 @@ class Referee:
             "inputs": made.origin,
             "generator": made.generator,
             "reference_cached": cached,
+            "work": least,
             "seconds": watch.rounded(),
         }
 
@@ -401,6 +406,17 @@ class Referee:
         if sampler.plan.iters > sets.count:
             sampler.sets = self._sets(worker, sampler.plan.iters, share, replacing=sets)
         return sampler
+
+
+def _least_work(roofline: dict, definition, workload, values: list) -> dict[str, Any]:
+    """The workload's least work (dataset/rooflines.py), from its pristine inputs."""
+    checked = schema.Roofline.model_validate(roofline)
+    axes = definition.const_axes() | workload.axes
+    try:
+        found = work(checked, definition, axes, dict(zip(definition.inputs, values, strict=True)))
+    except ValueError as error:
+        return {"error": str(error)[:300], "math": checked.math}
+    return {"flops": found.flops, "bytes": found.bytes, "math": checked.math}
 
 
 def main(device: str, requests, replies, options: dict[str, Any], log: str) -> None:

@@ -9,7 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import METHODS, CaptureRecord, CaseRow, Definition, Solution, Task, Workload
+from ..schema import (
+    METHODS,
+    CaptureRecord,
+    CaseRow,
+    Definition,
+    Roofline,
+    Solution,
+    Task,
+    Workload,
+)
 from .lane import Lane
 from .results import ResultWriter
 from .sandbox import Sandbox
@@ -24,6 +33,7 @@ class Job:
     task: Task
     solutions: list[Solution]
     capture: CaptureRecord | None = None
+    roofline: Roofline | None = None  # the definition's least work (dataset/rooflines.py)
 
 
 @dataclass

@@ -188,6 +188,7 @@ def judge(
                     dataset.tasks.get(definition.name) or _no_task(definition.name),
                     wanted,
                     dataset.captures.get(workload.uuid),
+                    dataset.rooflines.get(definition.name),
                 )
             )
     writer = ResultWriter(request.report)
