@@ -114,7 +114,7 @@ def test_optional_columns_and_plots_follow_what_rows_hold(html):
         case(BASE, "w1", 4, graph=10.0),
         case("fast", "w1", 4, graph=5.0, timing={"graph": phase(5.0), "speed_of_light": 0.42}),
     ]
-    rows[1]["timing"].update({"flops": 2e9, "bytes": 1e6})
+    rows[1]["work"] = {"flops": 2_000_000_000, "bytes": 1_000_000, "math": "bf16"}
     rich = page(combine([rows]), BASELINES, {}, ["x"])
     assert "speed of light" in rich and "42%" in rich
     assert 'id="plot-0-roofline"' in rich and "No roofline" not in rich

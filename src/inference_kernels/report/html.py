@@ -40,9 +40,10 @@ from .tables import (
 )
 
 PHASES = ("eager", "prepared", "graph")
-# Figures a judge may record in a row's ``timing`` (none writes them yet): FLOPs and bytes
-# moved per call, which place a case on a roofline, and the fraction of the device's speed
-# of light it reached. The page shows what rows hold and estimates none of them.
+# A row's least work (``work``: FLOPs and bytes per call, dataset/rooflines.py) places a
+# case on a roofline; the fraction of the device's speed of light it reached (``timing``,
+# none writes it yet: it needs the device's measured peaks). The page shows what rows hold
+# and estimates none of them.
 FLOPS, BYTES, SPEED_OF_LIGHT = "flops", "bytes", "speed_of_light"
 ERROR_SHOWN = 2000  # characters of an error message: a hostile one can be megabytes
 COMBINING_NOTE = (
@@ -304,7 +305,7 @@ def _timed_points(row: dict[str, Any], mine: Timed, size: int | None) -> dict[st
         low, high, _ = median_interval(mine.samples) or (mine.us, mine.us, 0.0)
         point = {"size": size, "us": mine.us, "low": low, "high": high, "method": mine.method}
         points["time"].append({**row, **point})
-    figures = [_timing(row).get(key) for key in (FLOPS, BYTES)]
+    figures = [(row.get("work") or {}).get(key) for key in (FLOPS, BYTES)]
     if all(isinstance(value, (int, float)) and value > 0 for value in figures):
         points["roofline"].append({**row, "flops": figures[0], "bytes": figures[1], "us": mine.us})
     return points
@@ -378,8 +379,9 @@ def _plots(index: int, plotted: dict[str, Any]) -> str:
         plots.append(_roofline_plot(plotted["roofline"], f"plot-{index}-roofline"))
     else:
         missing.append(
-            f"No roofline: these rows record no FLOP and byte counts (timing.{FLOPS}, "
-            f"timing.{BYTES}), and none are estimated here."
+            f"No roofline: these rows record no FLOP and byte counts (work.{FLOPS}, "
+            f"work.{BYTES}: the dataset has no roofline for the definition), and none are "
+            "estimated here."
         )
     notes = "".join(f'<p class="note">{_e(line)}</p>' for line in missing)
     return f'<h3>Plots</h3>{notes}<div class="plots">{"".join(plots)}</div>'
