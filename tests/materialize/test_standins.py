@@ -196,6 +196,7 @@ def test_stand_in_labels_survive_the_blob_store(bundled, tmp_path, uuid_index):
     definition, workload = select(bundled, [name], "dev")[uuid_index]
     export_dataset(bundled, [(definition, workload)], tmp_path)
     exported = load_dataset(tmp_path)
+    assert not exported.problems and exported.rooflines[name] == bundled.rooflines[name]
     again = materialize(definition, exported.workloads[name][0], data_root=tmp_path)
     original = made(bundled, definition, workload)
     assert again.origin == "stand-in" and again.generator == original.generator

@@ -59,6 +59,10 @@ def export_dataset(
                 target = output / path.relative_to(dataset.root)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
+        if name in dataset.rooflines:  # the least work goes with its definition
+            (output / "rooflines").mkdir(parents=True, exist_ok=True)
+            data = dataset.rooflines[name].model_dump(exclude_none=True)
+            (output / "rooflines" / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
         if name in dataset.tasks:
             selected = {w.uuid for w in workloads}
             task = dataset.tasks[name]
