@@ -59,13 +59,26 @@ def work(
     """The roofline's FLOPs and bytes for one workload (``axes``: all of them, constant and
     variable; ``inputs``: values by name, needed only by expressions that read them).
     Raises ValueError naming the step that failed."""
-    scope: dict[str, Any] = {**axes, **(inputs or {})}
+    read = set().union(*(parse(e)[1] for e in _expressions(roofline)))
+    # Only the inputs the expressions read, on the CPU (small: indices, lengths, ids; and
+    # ``arange`` makes CPU tensors, which a CUDA tensor would not compare with).
+    values = {
+        k: v.cpu() if isinstance(v, torch.Tensor) else v
+        for k, v in (inputs or {}).items()
+        if k in read
+    }
+    scope: dict[str, Any] = {**axes, **values}
     for name, expression in roofline.let.items():
         scope[name] = _value(expression, scope, f"let.{name}")
     flops = _count(_value(roofline.flops, scope, "flops"), "flops")
     if roofline.bytes is None:
         return Work(flops, io_bytes(definition, axes))
     return Work(flops, _count(_value(roofline.bytes, scope, "bytes"), "bytes"))
+
+
+def _expressions(roofline: Roofline) -> list[str]:
+    found = [*roofline.let.values(), roofline.flops]
+    return found + ([roofline.bytes] if roofline.bytes is not None else [])
 
 
 def _value(expression: str, scope: dict[str, Any], field: str) -> Any:

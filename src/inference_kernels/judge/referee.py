@@ -414,8 +414,8 @@ def _least_work(roofline: dict, definition, workload, values: list) -> dict[str,
     axes = definition.const_axes() | workload.axes
     try:
         found = work(checked, definition, axes, dict(zip(definition.inputs, values, strict=True)))
-    except ValueError as error:
-        return {"error": str(error)[:300], "math": checked.math}
+    except Exception as error:  # a count that fails is the row's note, never the case's
+        return {"error": f"{type(error).__name__}: {error}"[:300], "math": checked.math}
     return {"flops": found.flops, "bytes": found.bytes, "math": checked.math}
 
 
