@@ -1,21 +1,28 @@
 """The device's measured peaks, the other half of a roofline (dataset/rooflines.py: the
-least work of a workload): dense BF16 and FP8 tensor throughput, memory bandwidth, and the
-time of one empty kernel in a CUDA graph (the floor under any bound: a tiny decode is not
-held to less than a launch).
+least work of a workload): dense BF16 and FP8 tensor throughput, FP32 without tensor cores,
+memory bandwidth, and the time of one empty kernel in a CUDA graph (the floor under any
+bound: a tiny decode is not held to less than a launch).
 
 Each figure is the best of several CUDA-graph replays (events), after a warm-up, with the
 SM clock read right after (NVML); on the CPU, wall clock and small sizes, indicative only.
 Printed as JSON, the provenance with it (device, driver, torch, sizes, method):
 
-    PYTHONPATH=src python3 benchmarks/peaks.py [--device cuda] > peaks.json
+    PYTHONPATH=src python3 benchmarks/peaks.py [--device cuda] [--write dataset/hardware/h200.json]
+
+``--write`` also writes the figures as the dataset's hardware table for the device
+(``schema.Hardware``), where a row's least work is held to them. FP8 x FP4 is held to the
+FP8 peak: Hopper and older have no FP4 tensor units (re-measure it on a device that has).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 
 import torch
 
@@ -74,6 +81,19 @@ def fp8_tflops(n: int, device: torch.device) -> float:
     return 2 * n**3 / seconds / 1e12
 
 
+def fp32_tflops(n: int, device: torch.device) -> float:
+    """FP32 products without TF32: the CUDA cores' rate (matrix-vector work like GDN's)."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    out = torch.empty(n, n, device=device)
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        seconds = _best_seconds(lambda: torch.mm(a, b, out=out), 3, device)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    return 2 * n**3 / seconds / 1e12
+
+
 def memory_tb_s(size: int, device: torch.device) -> float:
     """A copy of ``size`` bytes reads and writes them: 2 * size bytes moved."""
     source = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
@@ -91,6 +111,7 @@ def empty_kernel_us(device: torch.device) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--write", help="also write the hardware table (schema.Hardware) here")
     options = parser.parse_args()
     device = torch.device(options.device)
     cuda = device.type == "cuda"
@@ -107,6 +128,7 @@ def main() -> None:
     figures = {
         "bf16_tflops": lambda: bf16_tflops(n, device),
         "fp8_tflops": lambda: fp8_tflops(n, device),
+        "fp32_tflops": lambda: fp32_tflops(n, device),
         "memory_tb_s": lambda: memory_tb_s(size, device),
         "empty_kernel_us": lambda: empty_kernel_us(device),
     }
@@ -123,6 +145,37 @@ def main() -> None:
         reading = read() if read else None
         report["sm_mhz"] = reading.sm_mhz if reading else None
     print(json.dumps(report, indent=2))
+    if options.write:
+        write_table(report, options.write)
+
+
+def write_table(report: dict, path: str) -> None:
+    """The figures as the device's hardware table; refused when one could not be measured."""
+    from inference_kernels.schema import Hardware
+
+    names = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_tb_s", "empty_kernel_us")
+    missing = [name for name in names if report.get(name) is None]
+    if missing:
+        sys.exit(f"--write: not measured here: {', '.join(missing)}")
+    table = Hardware(
+        device=report["device"],
+        tflops={
+            "bf16": report["bf16_tflops"],
+            "fp8": report["fp8_tflops"],
+            "fp8xfp4": report["fp8_tflops"],  # no FP4 tensor units before Blackwell
+            "fp32": report["fp32_tflops"],
+        },
+        memory_tb_s=report["memory_tb_s"],
+        empty_kernel_us=report["empty_kernel_us"],
+        provenance={
+            "command": "benchmarks/peaks.py",
+            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            **{k: report[k] for k in ("torch", "cuda", "method", "sizes") if k in report},
+            "sm_mhz": report.get("sm_mhz"),
+        },
+    )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(table.model_dump_json(indent=2) + "\n")
 
 
 if __name__ == "__main__":

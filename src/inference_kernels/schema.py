@@ -222,6 +222,18 @@ class Roofline(Strict):
     note: str | None = None
 
 
+class Hardware(Strict):
+    """A device's measured peaks (``benchmarks/peaks.py --write``), what a workload's least
+    work is held to: TFLOP/s per ``Roofline.math``, memory bandwidth, one empty kernel in a
+    CUDA graph, and how they were measured."""
+
+    device: str  # as torch names it, e.g. "NVIDIA H200"
+    tflops: dict[Literal["bf16", "fp8", "fp8xfp4", "fp32"], Annotated[float, Field(gt=0)]]
+    memory_tb_s: float = Field(gt=0)
+    empty_kernel_us: float = Field(gt=0)
+    provenance: dict[str, Any]  # command, date, torch, CUDA, clocks, method, sizes
+
+
 # ----------------------------------------------------------------------------- capture
 
 

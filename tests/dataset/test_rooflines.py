@@ -154,3 +154,44 @@ def test_a_bad_roofline_file_is_a_problem_naming_its_field(tmp_path, change, fie
     found = [p for p in loaded.problems if p.file == f"rooflines/{name}.json"]
     assert found and (found[0].field, message in found[0].message) == (field, True), found
     assert name not in loaded.rooflines
+
+
+def _h200_like(**change):
+    from inference_kernels.schema import Hardware
+
+    figures = {
+        "device": "NVIDIA H200",
+        "tflops": {"bf16": 800.0, "fp8": 1600.0, "fp8xfp4": 1600.0, "fp32": 60.0},
+        "memory_tb_s": 4.0,
+        "empty_kernel_us": 2.0,
+        "provenance": {"command": "made up for a test"},
+    }
+    return Hardware.model_validate(figures | change)
+
+
+def test_the_speed_of_light_is_the_longest_of_compute_memory_and_one_launch(dataset):
+    from inference_kernels.dataset.rooflines import speed_of_light
+
+    device = _h200_like()
+    gemm = _work(dataset, "dense_gemm_bf16_nt_n12288_k4096", {"M": 4096})
+    limit = speed_of_light(gemm, "bf16", device)  # 412.3 GFLOP at 800 TFLOP/s
+    assert limit.bound == "compute" and limit.us == pytest.approx(515.396, abs=1e-3)
+    decode = _work(dataset, "gdn_decode_qk4_v8_d128_k_last", {"batch_size": 64})
+    limit = speed_of_light(decode, "fp32", device)  # two fp32 states of 32 MiB at 4 TB/s
+    assert limit.bound == "memory"
+    assert limit.us == pytest.approx(decode.bytes / 4e6) and 16 < limit.us < 18
+    tiny = _work(dataset, "dense_gemm_bf16_nt_bias_n384_k384", {"M": 5})
+    assert speed_of_light(tiny, "bf16", device) == type(limit)(2.0, "launch")
+
+
+def test_a_hardware_table_loads_by_device_and_a_bad_one_names_its_field(tmp_path):
+    root = tmp_path / "dataset"
+    (root / "hardware").mkdir(parents=True)
+    (root / "hardware" / "h200.json").write_text(_h200_like().model_dump_json())
+    bad = _h200_like().model_dump(mode="json") | {"device": "other", "memory_tb_s": -1}
+    (root / "hardware" / "bad.json").write_text(json.dumps(bad))
+    loaded = load_dataset(root)
+    assert set(loaded.hardware) == {"NVIDIA H200"}
+    assert loaded.hardware["NVIDIA H200"].tflops["bf16"] == 800.0
+    found = [(p.file, p.field) for p in loaded.problems if p.file.startswith("hardware/")]
+    assert found == [("hardware/bad.json", "memory_tb_s")]

@@ -5,6 +5,7 @@
     solutions/<family>/<name>.json           one Solution each
     tasks/<definition>.json                  one Task each (ours; peers have none)
     rooflines/<definition>.json              one Roofline each (ours: the least work)
+    hardware/<device>.json                   one Hardware each (ours: measured peaks)
     captures.jsonl                           one CaptureRecord per line (ours)
     blob/workloads/<definition>/<sha256>.safetensors
 
@@ -25,7 +26,16 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import DatasetError, Problem
-from ..schema import CaptureRecord, Definition, Roofline, Solution, Task, TraceLine, Workload
+from ..schema import (
+    CaptureRecord,
+    Definition,
+    Hardware,
+    Roofline,
+    Solution,
+    Task,
+    TraceLine,
+    Workload,
+)
 from .rooflines import problems as roofline_problems
 
 M = TypeVar("M", bound=BaseModel)
@@ -42,6 +52,7 @@ class Dataset:
     solution_files: dict[str, Path] = field(default_factory=dict)
     tasks: dict[str, Task] = field(default_factory=dict)
     rooflines: dict[str, Roofline] = field(default_factory=dict)
+    hardware: dict[str, Hardware] = field(default_factory=dict)  # by device name
     captures: dict[str, CaptureRecord] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -158,6 +169,10 @@ def load_dataset(root: str | Path) -> Dataset:
     _load_solutions(dataset)
     _load_tasks(dataset)
     _load_rooflines(dataset)
+    for _, file, hardware in _json_files(dataset, "hardware/*.json", Hardware):
+        if hardware.device in dataset.hardware:
+            dataset.problems.append(Problem(file, "device", "another file has this device"))
+        dataset.hardware[hardware.device] = hardware
     _load_captures(dataset)
     return dataset
 

@@ -20,7 +20,7 @@ import torch
 
 from ..dtypes import TORCH_DTYPES
 from ..errors import Problem
-from ..schema import Definition, Roofline
+from ..schema import Definition, Hardware, Roofline
 from .constraints import ConstraintSyntaxError, compute, parse
 
 
@@ -32,6 +32,26 @@ class Work:
     def intensity(self) -> float:
         """FLOPs per byte."""
         return self.flops / self.bytes if self.bytes else math.inf
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The least time a workload's work takes on a device, and what sets it."""
+
+    us: float
+    bound: str  # "compute", "memory" or "launch" (one empty kernel in a CUDA graph)
+
+
+def speed_of_light(done: Work, math_: str, hardware: Hardware) -> Limit:
+    """The longest of the work's FLOPs at the device's peak for ``math_``, its bytes at the
+    memory bandwidth, and one empty kernel: no kernel can take less."""
+    times = {
+        "compute": done.flops / (hardware.tflops[math_] * 1e6),  # TFLOP/s -> FLOP per us
+        "memory": done.bytes / (hardware.memory_tb_s * 1e6),
+        "launch": hardware.empty_kernel_us,
+    }
+    bound = max(times, key=times.__getitem__)
+    return Limit(times[bound], bound)
 
 
 def element_bytes(dtype: str) -> float:
