@@ -109,15 +109,27 @@ def test_text_from_results_is_escaped(html):
 
 
 def test_optional_columns_and_plots_follow_what_rows_hold(html):
+    from inference_kernels.schema import Hardware
+
     assert "speed of light" not in html and "No roofline" in html
     rows = [
-        case(BASE, "w1", 4, graph=10.0),
-        case("fast", "w1", 4, graph=5.0, timing={"graph": phase(5.0), "speed_of_light": 0.42}),
+        case(BASE, "w1", 4, graph=10.0, device="cuda:0"),
+        case("fast", "w1", 4, graph=5.0, device="cuda:0"),
     ]
     rows[1]["work"] = {"flops": 2_000_000_000, "bytes": 1_000_000, "math": "bf16"}
-    rich = page(combine([rows]), BASELINES, {}, ["x"])
-    assert "speed of light" in rich and "42%" in rich
-    assert 'id="plot-0-roofline"' in rich and "No roofline" not in rich
+    counted = page(combine([rows]), BASELINES, {}, ["x"])
+    assert 'id="plot-0-roofline"' in counted and "No roofline" not in counted
+    assert "speed of light" not in counted  # counts, but no peaks of the device
+    gpu = {"type": "environment", "devices": [{"device": "cuda:0", "nvidia_smi": {"name": "G"}}]}
+    table = Hardware(
+        device="G",
+        tflops={"bf16": 1000.0},  # 2 GFLOP: 2 us
+        memory_tb_s=4.0,  # 1 MB: 0.25 us
+        empty_kernel_us=2.1,  # the longest: launch-bound, 2.1 of fast's 5 us
+        provenance={"command": "a test"},
+    )
+    rich = page(combine([[gpu, *rows]]), BASELINES, {}, ["x"], {"G": table})
+    assert "speed of light" in rich and "42% (launch)" in rich
 
 
 def test_later_files_replace_earlier_rows_of_the_same_case():

@@ -16,9 +16,10 @@ from .judge_commands import _read
 PAGE = "index.html"
 
 
-def _dataset(dataset: Path | None) -> tuple[dict, dict]:
-    """Task baselines and definitions (sizes in input bytes); without a dataset the page
-    still comes, with no speedups and sizes from the rows' axes, after one warning."""
+def _dataset(dataset: Path | None) -> tuple[dict, dict, dict]:
+    """Task baselines, definitions (sizes in input bytes) and hardware tables (speed of
+    light); without a dataset the page still comes, with no speedups and sizes from the
+    rows' axes, after one warning."""
     try:
         loaded = _load(dataset)
     except DatasetError as error:
@@ -27,9 +28,9 @@ def _dataset(dataset: Path | None) -> tuple[dict, dict]:
             "speedups; workload sizes from the rows' axes",
             highlight=False,
         )
-        return {}, {}
+        return {}, {}, {}
     baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
-    return baselines, dict(loaded.definitions)
+    return baselines, dict(loaded.definitions), dict(loaded.hardware)
 
 
 @app.command()
@@ -57,9 +58,10 @@ def report(
     rows = combine([_read(path) for path in results])
     if not case_rows(rows):
         _fail(f"no signed case rows in {', '.join(str(path) for path in results)}")
-    baselines, definitions = _dataset(dataset)
+    baselines, definitions, hardware = _dataset(dataset)
     target = output / PAGE
-    target.write_text(page(rows, baselines, definitions, [str(path) for path in results]))
+    sources = [str(path) for path in results]
+    target.write_text(page(rows, baselines, definitions, sources, hardware))
     if as_json:
         print(json.dumps({"page": str(target), **counts(rows)}, indent=2))
     else:

@@ -24,12 +24,13 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from ..dataset.selection import input_bytes
-from ..schema import Definition, Workload
+from ..schema import Definition, Hardware, Workload
 from ..stats import median_interval
 from ..statuses import PASSED
 from .compare import Timed, speedup_entry, times_by_case
 from .failures import grouped
 from .rows import case_rows, indicative, regime
+from .sol import fractions
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
@@ -41,10 +42,10 @@ from .tables import (
 
 PHASES = ("eager", "prepared", "graph")
 # A row's least work (``work``: FLOPs and bytes per call, dataset/rooflines.py) places a
-# case on a roofline; the fraction of the device's speed of light it reached (``timing``,
-# none writes it yet: it needs the device's measured peaks). The page shows what rows hold
-# and estimates none of them.
-FLOPS, BYTES, SPEED_OF_LIGHT = "flops", "bytes", "speed_of_light"
+# case on a roofline, and with its device's measured peaks (the dataset's hardware table)
+# gives the fraction of its speed of light it reached (``report/sol.py``). The page shows
+# what rows and tables hold and estimates none of it.
+FLOPS, BYTES = "flops", "bytes"
 ERROR_SHOWN = 2000  # characters of an error message: a hostile one can be megabytes
 COMBINING_NOTE = (
     "Files are combined in the order given: a later row for the same definition, solution "
@@ -318,7 +319,8 @@ def _workloads(name: str, cases: list[dict[str, Any]], context: dict[str, Any]):
     times = context["times"]
     base = times.get((name, baseline or ""), {})
     sizes, size_label = _sizes(cases, context["definitions"].get(name))
-    with_sol = any(isinstance(_timing(r).get(SPEED_OF_LIGHT), (int, float)) for r in cases)
+    sol = context["sol"]
+    with_sol = any((name, r["solution"], r["uuid"]) in sol for r in cases)
     plotted: dict[str, Any] = {"speedups": defaultdict(list), "time": [], "roofline": []}
     plotted.update(size_label=size_label, cpu=False)
     body = []
@@ -352,8 +354,8 @@ def _workloads(name: str, cases: list[dict[str, Any]], context: dict[str, Any]):
             *cells,
         ]
         if with_sol:
-            fraction = _timing(row).get(SPEED_OF_LIGHT)
-            line.append(f"{fraction:.0%}" if isinstance(fraction, (int, float)) else "-")
+            reached = sol.get((name, row["solution"], row["uuid"]))
+            line.append(f"{reached['fraction']:.0%} ({reached['bound']})" if reached else "-")
         body.append(line)
     head = ["workload", "axes", size_label.split(" (")[0], "inputs", "solution", "status"]
     head += [f"{phase} (us) [95%]" for phase in PHASES]
@@ -451,10 +453,12 @@ def page(
     baselines: dict[str, str],
     definitions: dict[str, Definition],
     sources: list[str],
+    hardware: dict[str, Hardware] | None = None,
 ) -> str:
     """The whole page for combined ``rows`` (``combine``); ``baselines`` and
     ``definitions`` come from the dataset (empty without one: no speedups, sizes from the
-    rows' axes); ``sources`` names the files read."""
+    rows' axes); ``sources`` names the files read; ``hardware`` (the dataset's tables, by
+    GPU name) gives each timed case its fraction of the speed of light."""
     cases = case_rows(rows)
     by_definition: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in cases:
@@ -465,6 +469,7 @@ def page(
         "times": times_by_case(rows),
         "table": solution_table(rows, baselines),
         "failures": grouped(rows),
+        "sol": fractions(rows, hardware or {}),
     }
     names = sorted(by_definition)
     sections = [_definition(i, name, by_definition[name], context) for i, name in enumerate(names)]

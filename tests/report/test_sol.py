@@ -1,0 +1,54 @@
+"""Fractions of the speed of light in reports (report/sol.py): counts from the rows, peaks
+from the hardware table of the GPU the environment rows name, and none where that is
+unclear."""
+
+from inference_kernels.report.sol import device_names, fractions
+from inference_kernels.schema import Hardware
+
+TABLE = Hardware(
+    device="NVIDIA H200",
+    tflops={"bf16": 800.0, "fp32": 60.0},
+    memory_tb_s=4.0,
+    empty_kernel_us=2.0,
+    provenance={"command": "a test"},
+)
+
+
+def _environment(*pairs):
+    devices = [{"device": d, "nvidia_smi": {"name": n}} for d, n in pairs]
+    return {"type": "environment", "devices": devices}
+
+
+def _case(uuid, us, work, device="cuda:0"):
+    timing = {"regime": "burst", "graph": {"method": "cuda-graph", "median_us": us}}
+    return {
+        "type": "case",
+        "definition": "d",
+        "solution": "s",
+        "uuid": uuid,
+        "status": "passed",
+        "device": device,
+        "timing": timing,
+        "work": work,
+    }
+
+
+def test_each_timed_case_with_counts_gets_its_fraction_and_bound():
+    gemm = {"flops": 412_316_860_416, "bytes": 234_881_024, "math": "bf16"}
+    state = {"flops": 7 * 64 * 8 * 128 * 128, "bytes": 67_108_864, "math": "fp32"}
+    rows = [_environment(("cuda:0", "NVIDIA H200")), _case("a", 600.0, gemm)]
+    rows += [_case("b", 33.554432, state), _case("c", 10.0, None)]
+    found = fractions(rows, {"NVIDIA H200": TABLE})
+    assert set(found) == {("d", "s", "a"), ("d", "s", "b")}  # c has no counts
+    assert found[("d", "s", "a")]["bound"] == "compute"
+    assert round(found[("d", "s", "a")]["fraction"], 4) == round(515.396076 / 600.0, 4)
+    assert found[("d", "s", "b")] == {"fraction": 0.5, "bound": "memory", "limit_us": 16.777216}
+
+
+def test_no_fraction_without_the_devices_table_or_with_two_gpus_named_for_it():
+    gemm = {"flops": 10**12, "bytes": 10**6, "math": "bf16"}
+    rows = [_environment(("cuda:0", "NVIDIA H100")), _case("a", 2000.0, gemm)]
+    assert fractions(rows, {"NVIDIA H200": TABLE}) == {}
+    two = [_environment(("cuda:0", "NVIDIA H200")), _environment(("cuda:0", "NVIDIA H100"))]
+    assert device_names(two) == {}
+    assert fractions([*two, _case("a", 2000.0, gemm)], {"NVIDIA H200": TABLE}) == {}
