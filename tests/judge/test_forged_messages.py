@@ -56,6 +56,8 @@ FORGERIES = {
         "body = pickle.dumps(Exception('x'));"
         " channel.sock.sendall(struct.pack('<II', len(body), 0) + body)"
     ),
+    # kernel durations of its own (run --kernel-times), sent where no profiled sample is due
+    "kernels": 'channel.send({"op": "kernels", "us": 0.001, "launches": 1.0})',
     # a frame announcing more JSON than any message may hold
     "huge": "channel.sock.sendall(struct.pack('<II', 1 << 31, 0))",
 }
