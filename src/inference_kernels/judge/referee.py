@@ -70,6 +70,11 @@ POOL_FRACTION = 0.25  # of the device's memory
 POOL_CPU = 2 << 30  # bytes
 
 
+def sets_budget_cuda(free: int) -> int:
+    """Bytes of timing input sets when ``free`` bytes of device memory are at hand."""
+    return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX)
+
+
 def steady_seconds(rested_since: float | None, now: float) -> float:
     """The load before a case's samples in the sustained regime: as long as the device
     rested, within STEADY_MIN_SECONDS and STEADY_SECONDS (the whole of it when nothing
@@ -205,9 +210,7 @@ class Referee:
             self.workers[solution.name] = handle
             if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                handle.arena_bytes = min(
-                    int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX
-                )
+                handle.arena_bytes = sets_budget_cuda(free)
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
@@ -303,8 +306,7 @@ class Referee:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             room = worker.pooled(idle_only=True)
-            budget = int((free + room) * SETS_BUDGET_CUDA_FRACTION)
-            budget = outputs = min(budget, SETS_BUDGET_CUDA_MAX)
+            budget = outputs = sets_budget_cuda(free + room)
             # Stay in the arena when it holds most of that (with the warmup sets beside the
             # timing sets): a case that outgrows it makes the worker be replaced.
             inside = room - job.timing["warmup"] * set_bytes(job.pristine)

@@ -89,8 +89,7 @@ class Sampler:
         """Refresh the sets with ``windows``, run one sample on them; (the worker's report,
         with "same" outputs resolved, and the seconds the referee saw)."""
         calls = len(windows)
-        with self.watch.span("refresh"):
-            self.sets.refresh(windows, self.fresh)
+        self._refresh(windows)
         if self.cold_l2 and self.kind == "cuda":
             timing.flush_l2(self.device, self._scratch)
         message = {"op": "go", "method": method, "index": index, "calls": calls}
@@ -274,13 +273,7 @@ class Sampler:
         if self.clock is not None and (reading := self.clock()) is not None:
             phase.clocks.readings.append(reading)
         self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
-        with self.watch.span("compare"):
-            changed = self.sets.changed(windows, self.fresh)
-        if changed:
-            raise CaseEnded(
-                statuses.INPUT_MUTATED,
-                f"input(s) {', '.join(changed)} changed ({method} sample {index})",
-            )
+        self._unchanged(windows, f"{method} sample {index}")
         phase.samples.append(reply.us)
         phase.outside.append(seconds)
         if reply.host_us is not None:
@@ -294,23 +287,26 @@ class Sampler:
         ranges: rows show it beside the judged times and nothing ranks on it."""
         calls = min(calls, self.sets.count)
         windows = [self.fresh.offsets() for _ in range(calls)]
+        self._refresh(windows)
+        reply = self.worker.ask({"op": "kernels", "calls": calls}, [], protocol.Kernels)
+        self._unchanged(windows, "kernel times")
+        if reply.error is not None:
+            return {"error": reply.error}
+        return reply.model_dump(exclude={"op", "error"}) | {"calls": calls}
+
+    def _refresh(self, windows: list[dict[int, int]]) -> None:
+        """Fresh values into the sets ``windows`` names (one per set, from the first)."""
         with self.watch.span("refresh"):
             self.sets.refresh(windows, self.fresh)
-        reply = self.worker.ask({"op": "kernels", "calls": calls}, [], protocol.Kernels)
+
+    def _unchanged(self, windows: list[dict[int, int]], what: str) -> None:
+        """Every set still holds what ``_refresh`` wrote, or the case ends: input_mutated."""
         with self.watch.span("compare"):
             changed = self.sets.changed(windows, self.fresh)
         if changed:
             raise CaseEnded(
-                statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (kernel times)"
+                statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed ({what})"
             )
-        if reply.error is not None:
-            return {"error": reply.error}
-        return {
-            "us": reply.us,
-            "copies_us": reply.copies_us,
-            "launches": reply.launches,
-            "calls": calls,
-        }
 
     def _keep_for_checking(self, method: str, count: int, windows, outputs) -> None:
         """Reservoir sampling: after ``count`` samples, each of them is among the kept
