@@ -11,13 +11,14 @@ ncu runs twice. The judge never times a call on inputs that sit in L2: every tim
 reads its own input set, all of them freshly written before the sample (more than L2
 holds), so the like-for-like truth is ncu with its caches flushed before each kernel
 (``--cache-control all``, ``ncu``). ncu on the same inputs call after call
-(``--cache-control none``, ``ncu_warm``) shows how much of a kernel's time is its reads
-from HBM. Printed as JSON:
+(``--cache-control none``, ``ncu_warm``, the mode of the issue's own measurement) shows
+how much of a kernel's time is its reads from HBM. Printed as JSON:
 
 - ``ncu``, ``ncu_warm``: kernel time per call, kernels per call and their names;
 - ``plain``: the baseline timed in this process without the judge (``plain``'s doc);
 - ``burst``: the judge's graph median, its ratio to each ncu time, each side's SM clock;
-  and the judge's CUPTI kernel durations (``run --kernel-times``: ``timing.kernels``) with
+  and the judge's CUPTI kernel durations (``run --kernel-times``: ``timing.kernels``,
+  in the burst regime each call alone after the device rested ``kernel_rest_ms``) with
   their ratios to each ncu time (``kernel_over_ncu``, ``kernel_over_ncu_warm``): like for
   like with ncu, no gap between kernels;
 - ``sustained``: the judge's graph median, its SM clock and power, and the ratio to the
@@ -128,6 +129,7 @@ def judged(regime: str) -> dict[str, dict]:
             # burst only: the judge's CUPTI durations of the same kernels (timing.kernels)
             "kernel_us": (row["timing"].get("kernels") or {}).get("us"),
             "launches": (row["timing"].get("kernels") or {}).get("launches"),
+            "kernel_rest_ms": (row["timing"].get("kernels") or {}).get("rest_ms"),
         }
     return found
 

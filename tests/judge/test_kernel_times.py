@@ -12,6 +12,7 @@ from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_ca
 from inference_kernels import schema
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge import protocol
+from inference_kernels.judge.referee import KERNEL_ALONE_CALLS, KERNEL_ALONE_REST_SECONDS
 from inference_kernels.judge.session import judge
 from inference_kernels.judge.timing import device_times
 
@@ -85,7 +86,47 @@ def test_kernel_times_are_asked_for_and_their_worker_is_not_timed_again(tmp_path
         assert kernels.error.startswith(
             "RuntimeError: kernel durations come from CUPTI, on a CUDA device only"
         )
+        # burst: a few calls, each alone after the device rested, as ncu runs a kernel
+        assert kernels.rest_ms == KERNEL_ALONE_REST_SECONDS * 1e3 == 2.0
+        eager_calls = row["timing"]["eager"]["calls_per_sample"]
+        assert kernels.calls == min(eager_calls, KERNEL_ALONE_CALLS, row["timing"]["sets"]["count"])
     assert second_worker > 0.3, second_worker  # a new worker
+
+
+def test_kernel_times_follow_each_other_in_the_sustained_regime(tmp_path):
+    rows, _ = _judged(tmp_path, kernel_times=True, regime="sustained")
+    for row in rows:
+        kernels = row["timing"]["kernels"]
+        assert kernels["rest_ms"] == 0.0
+        assert kernels["calls"] == min(
+            row["timing"]["eager"]["calls_per_sample"], row["timing"]["sets"]["count"]
+        )
+
+
+def test_a_kernel_sample_with_rest_runs_each_call_alone(monkeypatch):
+    # What the worker does on CUDA, with the device, the profiler and the clock faked:
+    # every call starts after a synchronize and the rest, and the sample ends synchronized.
+    import contextlib
+
+    import torch
+
+    from inference_kernels.judge import timing
+
+    log = []
+    events = [_event("kernel", 3_000), _event("kernel", 5_000)]
+    profiled = SimpleNamespace(
+        profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events))
+    )
+    monkeypatch.setattr(timing, "_synchronize", lambda device: log.append("sync"))
+    monkeypatch.setattr(timing.time, "sleep", lambda s: log.append(f"rest {s}"))
+    monkeypatch.setattr(timing, "_profile", lambda **_: contextlib.nullcontext(profiled))
+    slots = [lambda i=i: log.append(f"call {i}") for i in range(2)]
+    cuda = torch.device("cuda", 0)
+    assert timing.kernel_sample(slots, cuda, 0.002) == (4.0, 0.0, 1.0)
+    assert log == ["sync", "sync", "rest 0.002", "call 0", "sync", "rest 0.002", "call 1", "sync"]
+    log.clear()
+    timing.kernel_sample(slots, cuda)
+    assert log == ["sync", "call 0", "call 1", "sync"]
 
 
 def test_without_kernel_times_no_profiler_runs_and_the_worker_stays(tmp_path):

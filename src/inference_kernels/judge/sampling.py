@@ -280,19 +280,22 @@ class Sampler:
             phase.host.append(reply.host_us)
         return seconds
 
-    def kernel_times(self, calls: int) -> dict[str, Any]:
+    def kernel_times(self, calls: int, rest: float) -> dict[str, Any]:
         """The kernels' own durations over one eager sample of ``calls`` calls (at most
-        one per input set), from CUPTI in the worker: what Nsight Compute would time, with
-        no gap between kernels. The worker's report, held to nothing but the protocol's
-        ranges: rows show it beside the judged times and nothing ranks on it."""
+        one per input set), each after ``rest`` seconds of device rest if that is more than
+        0, from CUPTI in the worker: what Nsight Compute would time, with no gap between
+        kernels. The worker's report, held to nothing but the protocol's ranges: rows show
+        it beside the judged times and nothing ranks on it."""
         calls = min(calls, self.sets.count)
         windows = [self.fresh.offsets() for _ in range(calls)]
         self._refresh(windows)
-        reply = self.worker.ask({"op": "kernels", "calls": calls}, [], protocol.Kernels)
+        message = {"op": "kernels", "calls": calls, "idle_s": rest}
+        reply = self.worker.ask(message, [], protocol.Kernels)
         self._unchanged(windows, "kernel times")
+        asked = {"calls": calls, "rest_ms": rest * 1e3}
         if reply.error is not None:
-            return {"error": reply.error}
-        return reply.model_dump(exclude={"op", "error"}) | {"calls": calls}
+            return {"error": reply.error} | asked
+        return reply.model_dump(exclude={"op", "error"}) | asked
 
     def _refresh(self, windows: list[dict[int, int]]) -> None:
         """Fresh values into the sets ``windows`` names (one per set, from the first)."""

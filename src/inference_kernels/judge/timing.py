@@ -62,9 +62,13 @@ def sample(slots: list[Slot], device: torch.device) -> tuple[float, float | None
     return _elapsed(start, end) * 1000 / calls, host, outputs
 
 
-def kernel_sample(slots: list[Slot], device: torch.device) -> tuple[float, float, float]:
+def kernel_sample(
+    slots: list[Slot], device: torch.device, idle_s: float = 0.0
+) -> tuple[float, float, float]:
     """Run every slot once, eagerly, under CUPTI activity tracing (torch's profiler):
     (microseconds of kernels per call, of memory copies and sets per call, kernels per call).
+    With ``idle_s`` each call starts alone, after the device has finished the previous one
+    and rested that long; without, the calls follow each other in the stream.
 
     A kernel's duration is from its start to its end on the device, what Nsight Compute
     reports as ``gpu__time_duration``: it leaves out the gap between one kernel's end and
@@ -75,6 +79,9 @@ def kernel_sample(slots: list[Slot], device: torch.device) -> tuple[float, float
     _synchronize(device)
     with _profile(activities=[_CUDA_ACTIVITY]) as profiled:
         for slot in slots:
+            if idle_s:
+                _synchronize(device)
+                time.sleep(idle_s)
             slot()
         _synchronize(device)
     return device_times(profiled.profiler.kineto_results.events(), len(slots))

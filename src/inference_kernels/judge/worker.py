@@ -259,15 +259,16 @@ class Worker:
         return reply
 
     def kernels(self, message: dict[str, Any]) -> dict[str, Any]:
-        """One eager sample of ``calls`` calls under CUPTI: its kernels' own durations."""
-        calls = message["calls"]
+        """One eager sample of ``calls`` calls under CUPTI, each after ``idle_s`` of rest
+        where that is more than 0: its kernels' own durations."""
+        calls, idle_s = message["calls"], message["idle_s"]
         if calls > len(self.sets):
             raise CallFailed(
                 statuses.TIMING_ERROR, f"kernels: {calls} calls, {len(self.sets)} sets"
             )
         slots = [self._slot(i, "eager") for i in range(calls)]
         try:
-            us, copies_us, launches = timer.kernel_sample(slots, self.device)
+            us, copies_us, launches = timer.kernel_sample(slots, self.device, idle_s)
         except Exception as error:
             self._synchronize()
             return {"op": "kernels", "error": _one_line(error)}
