@@ -118,9 +118,9 @@ def run(
     regime: Annotated[
         str,
         typer.Option(
-            help="The device state times are taken in. sustained: after a 10 s preheat, and "
-            "before each case a load as long as the device rested (0.2-1 s; a busy server's "
-            "clocks). burst: no load, a short "
+            help="The device state times are taken in. sustained: after a 10 s preheat the "
+            "device is kept loaded between cases, the load stopped only for each case's "
+            "calibration and samples (a busy server's clocks). burst: no load, a short "
             "rest before each case, samples as short as the outside check allows (the "
             "clocks of published micro-benchmarks and of ncu). Recorded in every row."
         ),

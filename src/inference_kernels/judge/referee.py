@@ -27,6 +27,7 @@ from ..errors import DatasetError
 from ..materialize.inputs import materialize
 from ..materialize.references import output_problems, run_reference
 from . import clocks, protocol, timing
+from .busy import Busy, products
 from .fresh import Fresh
 from .logs import redirect_output
 from .reference_cache import ReferenceCache, reference_key
@@ -42,11 +43,12 @@ from .workers import CaseEnded, WorkerHandle, start_or_fail
 # on (docs/measurements/h200-timing-fidelity.md). The referee runs the load, so that no
 # solution can skip it to be timed on a cooler chip.
 PREHEAT_SECONDS = 10.0
-# ...and before each case's samples as long as it rested since the lane's last load or
-# samples, between these bounds, so that every case starts from the clocks of sustained
-# work (a lane judging case after case rests a fraction of a second between them).
+# Between cases the device is kept busy in the background (busy.py) until the case's first
+# call, which the solution runs alone. Its samples then follow a load as long as the device
+# rested since (the call), between these bounds, so that every case starts from the clocks
+# of sustained work.
 STEADY_SECONDS = 1.0
-STEADY_MIN_SECONDS = 0.2
+STEADY_MIN_SECONDS = 0.05
 # The burst regime (``--regime burst``) has no load: each case's samples start after this
 # rest, as published micro-benchmarks and ncu's one-kernel-at-a-time times do.
 BURST_REST_SECONDS = 0.5
@@ -119,6 +121,9 @@ class Referee:
         self.workers: dict[str, WorkerHandle | str] = {}
         self.preheated = False
         self.rested_since: float | None = None  # the end of the last load or samples
+        sustained = options.get("regime", "sustained") == "sustained"
+        loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
+        self.busy = Busy(products(self.device) if loaded else None)  # between cases
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
@@ -150,7 +155,8 @@ class Referee:
             expected = self.cache.load(key, self.device)
             cached = expected is not None
             if expected is None:
-                expected = self._reference(definition, workload, made.values)
+                with self.busy.paused():  # the reference's own work keeps the device busy
+                    expected = self._reference(definition, workload, made.values)
                 if self.device.type == "cuda":
                     torch.cuda.empty_cache()  # the reference's temporaries: room for inputs
                 if isinstance(expected, str):
@@ -241,6 +247,7 @@ class Referee:
             handle.exit()
 
     def close(self) -> None:
+        self.busy.stop()
         for name in list(self.workers):
             self._retire(name)
 
@@ -271,6 +278,7 @@ class Referee:
                 # The profiler may stay attached to the process (CUPTI is not always torn
                 # down): no later sample is timed in it.
                 self._retire(solution.name)
+            self.busy.start()  # until the next case's samples (sustained regime, busy.py)
         verdict["seconds"] = self.watch.rounded()
         return verdict
 
@@ -293,6 +301,9 @@ class Referee:
         call = InputSets(job.pristine, names, 1, self.device, allocate=worker.lend)
         message, fds = call.message("case")
         message["workload"] = job.workload.model_dump(mode="json")
+        if self.busy.running:  # the solution runs alone; the device rests from here on
+            self.busy.stop()
+            self.rested_since = time.monotonic()
         with self.watch.span("call"):
             checked = worker.ask(message, fds, protocol.Checked)
             if len(checked.outputs) != len(job.expected):

@@ -1,0 +1,82 @@
+"""A quick estimate of the full audit (issue 13) from a few workloads of each definition.
+
+    python3 scripts/audit_probe.py pick [--dataset dataset]       # prints -w UUID ... args
+    python3 scripts/audit_probe.py estimate PROBE.jsonl [--dataset dataset]
+
+``pick`` names the first, middle and last workload (``--suite all`` order) of every
+definition; judge them with ``run --suite all --methods graph -w ...``. ``estimate`` then
+prints, per definition, its first case's time (worker start) and the mean of the others,
+and the full audit's time as the sum over definitions of first + (workloads - 1) x mean,
+with the steps it would spend: an estimate (sizes within a definition vary), not a
+measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from inference_kernels.dataset.layout import load_dataset
+
+
+def pick(dataset: Path) -> list[str]:
+    chosen = []
+    for _, workloads in sorted(load_dataset(dataset).workloads.items()):
+        count = len(workloads)
+        chosen += [workloads[i].uuid for i in sorted({0, count // 2, count - 1})]
+    return chosen
+
+
+def estimate(report: Path, dataset: Path) -> None:
+    counts = {name: len(w) for name, w in load_dataset(dataset).workloads.items()}
+    rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
+    cases = defaultdict(list)
+    for row in rows:
+        if row.get("type") == "case":
+            cases[row["definition"]].append(row)
+    total, steps = 0.0, defaultdict(float)
+    print(f"{'definition':58s} {'n':>4s} {'first':>6s} {'next':>6s} {'est. s':>7s}  not passed")
+    for name in sorted(counts):
+        probe = cases.get(name, [])
+        if not probe:
+            continue
+        # The first case of a definition starts its worker (and a lane's first, the
+        # referee and the preheat); the others are what the rest of its workloads cost.
+        later = probe[1:] or probe
+        mean = statistics.fmean(r["seconds"] for r in later)
+        guess = probe[0]["seconds"] + (counts[name] - 1) * mean
+        total += guess
+        for row in later:
+            for step, seconds in (row.get("breakdown") or {}).items():
+                steps[step] += seconds * (counts[name] - 1) / len(later)
+        bad = sum(row["status"] != "passed" for row in probe)
+        first = probe[0]["seconds"]
+        print(f"{name:58s} {counts[name]:4d} {first:6.2f} {mean:6.2f} {guess:7.0f}  {bad}")
+    print(f"estimated full audit: {total:.0f} s ({total / 60:.1f} min) on one device")
+    print("of which, by step (the later cases):")
+    for step, seconds in sorted(steps.items(), key=lambda x: -x[1]):
+        print(f"  {step:12s} {seconds:7.0f} s")
+    missing = sorted(n for n in counts if not cases.get(n))
+    if missing:
+        print(f"not probed (counted as 0): {', '.join(missing)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["pick", "estimate"])
+    parser.add_argument("report", nargs="?", type=Path)
+    parser.add_argument("--dataset", type=Path, default=Path("dataset"))
+    options = parser.parse_args()
+    if options.command == "pick":
+        print(" ".join(f"-w {uuid}" for uuid in pick(options.dataset)))
+    elif options.report is None:
+        parser.error("estimate needs the probe's report")
+    else:
+        estimate(options.report, options.dataset)
+
+
+if __name__ == "__main__":
+    main()

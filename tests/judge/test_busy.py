@@ -1,0 +1,117 @@
+"""The sustained regime's background load (``judge/busy.py``): it runs only between
+``start`` and ``stop``, ``stop`` returns only once its last round is over (nothing is
+timed beside it), and ``paused`` gives the device back for the referee's own work and
+resumes only a load that ran. On the CPU the load is a recorded stand-in; on CUDA, bf16
+products (the GPU test)."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from inference_kernels.judge.busy import Busy, products
+from inference_kernels.judge.referee import STEADY_MIN_SECONDS
+
+
+class Recorded:
+    """A stand-in load: each round notes its start and end, and takes 2 ms."""
+
+    def __init__(self):
+        self.log: list[tuple[str, float]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self):
+        def one_round():
+            self.threads.add(threading.current_thread().name)
+            self.log.append(("begin", time.monotonic()))
+            time.sleep(0.002)
+            self.log.append(("end", time.monotonic()))
+
+        return one_round
+
+
+def _wait_rounds(busy: Busy, rounds: int) -> None:
+    deadline = time.monotonic() + 10
+    while busy.rounds < rounds:
+        assert time.monotonic() < deadline, "the load did not run"
+        time.sleep(0.001)
+
+
+def test_the_load_runs_in_its_own_thread_until_stopped_and_stop_waits_for_its_round():
+    work = Recorded()
+    busy = Busy(work)
+    assert not busy.running
+    busy.start()
+    busy.start()  # a second start is no second load
+    _wait_rounds(busy, 3)
+    assert busy.running and work.threads == {"busy"}
+    busy.stop()
+    stopped = time.monotonic()
+    assert not busy.running
+    assert work.log[-1][0] == "end" and work.log[-1][1] <= stopped  # no round outlives stop
+    rounds = busy.rounds
+    time.sleep(0.02)
+    assert busy.rounds == rounds  # nothing runs after stop
+    busy.stop()  # stopping a stopped load is harmless
+
+
+def test_paused_resumes_only_a_load_that_ran():
+    work = Recorded()
+    busy = Busy(work)
+    busy.start()
+    _wait_rounds(busy, 1)
+    with busy.paused():
+        assert not busy.running
+        during = busy.rounds
+        time.sleep(0.01)
+        assert busy.rounds == during  # the referee's own work has the device alone
+    assert busy.running
+    _wait_rounds(busy, during + 1)
+    busy.stop()
+    with busy.paused():
+        assert not busy.running
+    assert not busy.running  # it was not running before: it stays stopped
+
+
+def test_without_work_there_is_no_load():
+    busy = Busy(None)  # the burst regime, or the CPU
+    busy.start()
+    assert not busy.running and busy.rounds == 0
+    busy.stop()
+
+
+@pytest.mark.gpu
+def test_products_load_the_gpu_and_stop_within_a_round():
+    device = torch.device("cuda", 0)
+    busy = Busy(products(device))
+    busy.start()
+    _wait_rounds(busy, 20)
+    began = time.monotonic()
+    busy.stop()
+    assert time.monotonic() - began < 0.05  # one round of products is about 1.4 ms
+
+
+@pytest.mark.gpu
+def test_a_lane_loads_the_gpu_between_cases_and_not_before_samples(tmp_path):
+    # The first case is preheated (10 s); the next ones find the load running since the
+    # last case ended, stop it for their first call, and load only as long as that call.
+    import json
+
+    from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
+
+    from inference_kernels.dataset.layout import load_dataset
+    from inference_kernels.judge.session import judge
+
+    task = json.loads((ROOT / f"dataset/tasks/{DEFINITION}.json").read_text())
+    honest = write_candidate(tmp_path, "honest", (SOLUTIONS / "honest_main.py").read_text())
+    request = candidates_request(
+        tmp_path, [honest], workloads=task["dev"][:3], devices=["cuda:0"], regime="sustained"
+    )
+    rows = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
+    assert [r["status"] for r in rows] == ["passed"] * 3, rows
+    loads = [r["breakdown"]["device_load"] for r in rows]
+    assert loads[0] >= 10.0, loads  # the preheat
+    for row in rows[1:]:  # not the 0.2-1 s of a device that rested since the last case
+        rested = max(STEADY_MIN_SECONDS, row["breakdown"]["call"])
+        assert row["breakdown"]["device_load"] < rested + 0.1, row["breakdown"]
