@@ -69,21 +69,26 @@ SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 # kernel slower, the 26 us SDPA of noncausal_dense_attention_h32_d64 in 37.3 us of kernel
 # time (CUPTI) against 25.1 us from an arena of 8 or 16 GiB or from buffers of their own
 # size; the 10 us one 11.3 against 9.4 (docs/measurements/h200-regimes.md, sixth session).
+# The cap is for all the lane's workers together: a job of several solutions keeps a worker
+# for each, and each has an arena. Five workers with arenas of 16 GiB (80 GiB) ran the fifth
+# copy of the same baseline 6% (GEMM) and 22% (SDPA) slower than the first four, in every
+# mode; with arenas of 4 GiB all five agreed within 0.3% (timing_fidelity.py, seventh
+# session). So a job of N solutions gives each worker 1/N of the cap.
 SETS_BUDGET_CUDA_MAX = 16 << 30
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
 # CUDA one arena of the sets budget (fraction and cap above), made when it starts and
 # lent in slices to every case it judges. A worker replaced whenever its buffers outgrew a
 # limit cost an audit 3.5 s in one case of three (H200, issue 13): every case lent new
-# buffers of its own sizes. One that holds more than this between cases (a case that
-# needed more than its arena) is replaced, so that its buffers can be freed.
-POOL_FRACTION = 0.25  # of the device's memory
+# buffers of its own sizes. One that holds more than its share of the cap between cases (a
+# case that needed more than its arena) is replaced, so that its buffers can be freed.
 POOL_CPU = 2 << 30  # bytes
 
 
-def sets_budget_cuda(free: int) -> int:
-    """Bytes of timing input sets when ``free`` bytes of device memory are at hand."""
-    return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX)
+def sets_budget_cuda(free: int, share: int = 1) -> int:
+    """Bytes of timing input sets when ``free`` bytes of device memory are at hand and the
+    job has ``share`` solutions (each with a worker and an arena of its own)."""
+    return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX // max(1, share))
 
 
 def steady_seconds(rested_since: float | None, now: float) -> float:
@@ -127,13 +132,16 @@ class Referee:
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
+        self.share = 1  # solutions in the current job: each worker's share of the sets cap
 
     # ------------------------------------------------------------------ workloads
 
     def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
         self.current = None
-        for name in [n for n in self.workers if n not in message["solutions"]]:
-            self._retire(name)
+        self.share = max(1, len(message["solutions"]))
+        for name in list(self.workers):
+            if name not in message["solutions"] or self._over_share(self.workers[name]):
+                self._retire(name)
         definition = schema.Definition.model_validate_json(message["definition"])
         workload = schema.Workload.model_validate(message["workload"])
         capture = message.get("capture")
@@ -225,7 +233,7 @@ class Referee:
             self.workers[solution.name] = handle
             if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                handle.arena_bytes = sets_budget_cuda(free)
+                handle.arena_bytes = sets_budget_cuda(free, self.share)
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
@@ -238,8 +246,12 @@ class Referee:
     def _pool_limit(self) -> int:
         """Bytes of input buffers a worker may keep between its cases."""
         if self.device.type == "cuda":
-            return int(torch.cuda.get_device_properties(self.device).total_memory * POOL_FRACTION)
+            return SETS_BUDGET_CUDA_MAX // self.share
         return POOL_CPU
+
+    def _over_share(self, handle: WorkerHandle | str) -> bool:
+        """A worker of an earlier job that holds more than this job's share of the cap."""
+        return isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit()
 
     def _retire(self, name: str) -> None:
         handle = self.workers.pop(name)
@@ -326,7 +338,7 @@ class Referee:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             room = worker.pooled(idle_only=True)
-            budget = outputs = sets_budget_cuda(free + room)
+            budget = outputs = sets_budget_cuda(free + room, self.share)
             # Stay in the arena when it holds most of that (with the warmup sets beside the
             # timing sets): a case that outgrows it makes the worker be replaced.
             inside = room - job.timing["warmup"] * set_bytes(job.pristine)
