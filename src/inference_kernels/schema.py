@@ -312,9 +312,11 @@ class PhaseError(_Row):
 
 class KernelTimes(_Row):
     """The device's own durations of a case's kernels over one eager sample (CUPTI, in
-    the worker; burst regime on CUDA): comparable with Nsight Compute's kernel times, as
-    the judged times (which include the gap between one call's kernels and the next's)
-    are not. The worker's report: shown, never ranked on."""
+    the worker; ``run --kernel-times`` on CUDA): comparable with Nsight Compute's kernel
+    times, as the judged times (which include the gap between one call's kernels and the
+    next's) are not. In the burst regime each call runs alone after ``rest_ms`` of device
+    rest, as ncu runs a kernel; in the sustained regime back to back. The worker's report:
+    shown, never ranked on."""
 
     us: float | None = None  # kernels, per call
     copies_us: float | None = None  # memory copies and sets, per call

@@ -52,3 +52,20 @@ def test_no_fraction_without_the_devices_table_or_with_two_gpus_named_for_it():
     two = [_environment(("cuda:0", "NVIDIA H200")), _environment(("cuda:0", "NVIDIA H100"))]
     assert device_names(two) == {}
     assert fractions([*two, _case("a", 2000.0, gemm)], {"NVIDIA H200": TABLE}) == {}
+
+
+def test_summary_gives_each_solution_its_geomean_fraction_and_bound():
+    from inference_kernels.report.summary import performance_markdown, summary
+
+    memory = {"flops": 1, "bytes": 40_000_000, "math": "bf16"}  # 10 us at 4 TB/s
+    rows = [_environment(("cuda:0", "NVIDIA H200"))]
+    rows += [_case("a", 20.0, memory), _case("b", 12.5, memory)]  # 0.5 and 0.8 of light
+    failed = _case("c", 10.0, memory) | {"status": "mismatch"}  # counts for nothing
+    report = summary([*rows, failed], {}, {"NVIDIA H200": TABLE})
+    (entry,) = report["solutions"]
+    assert round(entry["sol_fraction"], 6) == round((0.5 * 0.8) ** 0.5, 6)  # 0.632456
+    assert entry["bound"] == "memory"
+    assert "| 0.63 (memory) |" in performance_markdown(report)
+    (unknown,) = summary(rows, {}, {})["solutions"]  # no table for the GPU: no fraction
+    assert unknown["sol_fraction"] is None
+    assert performance_markdown(summary(rows, {}, {})).rstrip().endswith("| - |")

@@ -332,11 +332,17 @@ def _run_table(table: list[dict]) -> None:
 
 
 def _baselines(dataset: Path | None) -> dict[str, str]:
+    return _tables(dataset)[0]
+
+
+def _tables(dataset: Path | None) -> tuple[dict[str, str], dict]:
+    """The dataset's task baselines and hardware tables (none where it does not load)."""
     try:
         loaded = _load(dataset)
     except DatasetError:
-        return {}
-    return {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+        return {}, {}
+    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
+    return baselines, dict(loaded.hardware)
 
 
 def _read(path: Path) -> list[dict]:
@@ -422,12 +428,14 @@ def summary(
     dataset: DatasetOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write summary.json (coverage, statuses, environment) and performance.md."""
+    """Write summary.json (coverage, statuses, environment) and performance.md: per
+    solution its time, speedup over the baseline and fraction of the speed of light (from
+    the dataset's hardware table of the GPU the rows name)."""
     from ..report.summary import performance_markdown
     from ..report.summary import summary as summarize
 
     _writable(output, folder=True)
-    report = summarize(_read(results), _baselines(dataset))
+    report = summarize(_read(results), *_tables(dataset))
     (output / "summary.json").write_text(json.dumps(report, indent=2) + "\n")
     (output / "performance.md").write_text(performance_markdown(report))
     if as_json:

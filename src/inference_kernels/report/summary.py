@@ -6,20 +6,27 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from ..schema import Hardware
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
+    SOL_NOTE,
     inputs_label,
     method_label,
+    sol_label,
     solution_table,
     speedup_label,
 )
 
 
-def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, Any]:
+def summary(
+    rows: list[dict[str, Any]],
+    baselines: dict[str, str],
+    hardware: dict[str, Hardware] | None = None,
+) -> dict[str, Any]:
     cases = case_rows(rows)
     environments = [row for row in rows if row.get("type") == "environment"]
     statuses = Counter(row["status"] for row in cases)
@@ -33,7 +40,7 @@ def summary(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str, 
         "definitions": len({row["definition"] for row in cases}),
         "workloads": len({(row["definition"], row.get("uuid")) for row in cases}),
         "environment": environments[-1] if environments else None,
-        "solutions": solution_table(rows, baselines),
+        "solutions": solution_table(rows, baselines, hardware),
     }
 
 
@@ -50,10 +57,13 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "Times are geometric means over passed workloads, in microseconds per call; the speedup "
         "is the paired geometric mean over the task baseline on the same workloads. "
         + INTERVAL_NOTE
-        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else ""),
+        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else "")
+        + " "
+        + SOL_NOTE,
         "",
-        "| definition | solution | inputs | passed | time (us) | method | speedup |",
-        "|---|---|---|---:|---:|---|---:|",
+        "| definition | solution | inputs | passed | time (us) | method | speedup "
+        "| speed of light |",
+        "|---|---|---|---:|---:|---|---:|---:|",
     ]
     for entry in report["solutions"]:
         time_us = f"{entry['time_us']:.2f}" if entry["time_us"] else "-"
@@ -61,7 +71,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {entry['definition']} | {entry['solution']} | {inputs_label(entry['inputs'])} "
             f"| {entry['passed']}/{entry['cases']} "
-            f"| {time_us} | {method_label(entry)} | {speedup} |"
+            f"| {time_us} | {method_label(entry)} | {speedup} | {sol_label(entry)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -5,24 +5,33 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..schema import Hardware
 from ..stats import NO_DIFFERENCE, REGIMES_DIFFER
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows, geomean, indicative, regime
+from .sol import fractions
 
 
-def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> list[dict[str, Any]]:
+def solution_table(
+    rows: list[dict[str, Any]],
+    baselines: dict[str, str],
+    hardware: dict[str, Hardware] | None = None,
+) -> list[dict[str, Any]]:
     """One entry per (definition, solution) in the order first seen.
 
     ``time_us`` is the geometric mean of the passed cases' times; ``speedup`` is the
     geometric mean, over workloads both passed, of baseline time / solution time, with its
     95% interval (``speedup_interval``) and verdict (``significance``); ``indicative`` marks
-    CPU wall-clock times; ``regime`` is the device state the times were taken in.
+    CPU wall-clock times; ``regime`` is the device state the times were taken in;
+    ``sol_fraction`` the geometric mean of the passed cases' fractions of their speed of
+    light (``sol.py``, with ``hardware``) and ``bound`` what bounds most of them.
     """
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in case_rows(rows):
         grouped[(row["definition"], row["solution"])].append(row)
     times = times_by_case(rows)
+    limits = fractions(rows, hardware or {})
     table = []
     for (definition, solution), group in grouped.items():
         statuses = Counter(row["status"] for row in group)
@@ -31,6 +40,12 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
         against = speedup_entry(mine, base)
         methods = {timed.method for timed in mine.values()}
         inputs = {r.get("inputs") for r in group if r.get("inputs")}
+        light = [
+            limits[(definition, solution, r["uuid"])]
+            for r in group
+            if r["status"] == PASSED and (definition, solution, r["uuid"]) in limits
+        ]
+        bounds = Counter(entry["bound"] for entry in light)
         table.append(
             {
                 "definition": definition,
@@ -47,9 +62,18 @@ def solution_table(rows: list[dict[str, Any]], baselines: dict[str, str]) -> lis
                 "significance": against["verdict"],
                 "baseline": baselines.get(definition),
                 "inputs": ", ".join(sorted(inputs)),
+                "sol_fraction": geomean([entry["fraction"] for entry in light]),
+                "bound": bounds.most_common(1)[0][0] if bounds else None,
             }
         )
     return table
+
+
+def sol_label(entry: dict[str, Any]) -> str:
+    """An entry's fraction of its speed of light as tables show it, e.g. "0.72 (memory)"."""
+    if not entry.get("sol_fraction"):
+        return "-"
+    return f"{entry['sol_fraction']:.2f} ({entry['bound']})"
 
 
 STAND_IN_NOTE = "STAND-IN inputs are generated, not captured."
@@ -62,6 +86,11 @@ def inputs_label(inputs: str) -> str:
 
 
 INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
+SOL_NOTE = (
+    "Speed of light: the geometric mean of the passed cases' time at the device's measured "
+    "peaks (the largest of compute, memory and one empty kernel) over their time, and what "
+    "bounds most of them; - where the rows have no counts or the GPU no hardware table."
+)
 INTERVAL_NOTE = (
     "Speedups carry their 95% interval; n.s.: no significant difference (the interval "
     "reaches within the run-to-run floor of 1.0: 2% on a GPU; CPU times never differ "
