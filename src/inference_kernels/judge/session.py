@@ -92,13 +92,33 @@ def make_sandbox(request: Request, dataset: Dataset, cache: Path) -> tuple[Sandb
     return Sandbox(bwrap_path(), secrets), record(Sandbox(bwrap_path()), description)
 
 
+def _device_type(request: Request) -> str:
+    return "cuda" if any(d.startswith("cuda") for d in request.devices) else "cpu"
+
+
+def runs_on(solution: Solution, device_type: str) -> bool:
+    """Whether a dataset solution is judged by default on ``device_type``: on the CPU only
+    those whose ``target_hardware`` names ``cpu`` (a Triton or CUDA kernel cannot run
+    there); on a GPU all but those for the CPU alone. Named with ``-s``, a solution is
+    judged wherever it is asked for."""
+    targets = {target.lower() for target in solution.spec.target_hardware}
+    if not targets:
+        return True
+    return "cpu" in targets if device_type == "cpu" else targets != {"cpu"}
+
+
 def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list[CaseRow]]:
     """The selected solutions, and failed rows for those that cannot be parsed."""
+    device_type = _device_type(request)
     chosen = [
         s
         for s in dataset.solutions.values()
         if (not request.definitions or s.definition in request.definitions)
-        and (request.solutions is None or s.name in request.solutions)
+        and (
+            s.name in request.solutions
+            if request.solutions is not None
+            else runs_on(s, device_type)
+        )
     ]
     failed = []
     for problem in dataset.problems:
@@ -167,7 +187,7 @@ def judge(
     if recorded is not None and recorded != pinned:
         manifest.check(recorded, request.report)
     done = earlier.cases
-    device_type = "cuda" if any(d.startswith("cuda") for d in request.devices) else "cpu"
+    device_type = _device_type(request)
     if request.ray:  # before the report is touched: a cluster that is not there ends here
         check_cluster(request.ray, device_type)
     if request.report and not request.resume and request.report.exists():

@@ -1,0 +1,63 @@
+"""Run one of our Triton kernels in Triton's interpreter and print its verdicts as JSON
+(``tests/solutions/test_kernels.py``). A process of its own: ``TRITON_INTERPRET`` must be
+set before triton is first imported (triton.language's own jit functions are decorated
+then).
+
+    TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from test_baselines import DATASET_INDEX, cases, load_entry_point, same_bytes
+
+from inference_kernels.acceptance import compare
+from inference_kernels.materialize.inputs import materialize
+from inference_kernels.materialize.references import run_reference
+
+
+def verdicts(entry, definition, inputs, tolerance, called=None) -> list[bool]:
+    """Each output's acceptance against the reference of ``inputs``; the kernel is called
+    on ``called`` (default: the same inputs), destination passing."""
+    expected = run_reference(definition, inputs)
+    outputs = [torch.empty_like(e) for e in expected]
+    entry(*(called or inputs), *outputs)
+    return [compare(o, e, tolerance).passed for o, e in zip(outputs, expected, strict=True)]
+
+
+def main() -> None:
+    name, wrong = sys.argv[1], "--wrong-scale" in sys.argv
+    solution = DATASET_INDEX.solutions[name]
+    _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
+    definition, workloads = cases(solution.definition)
+    tolerance = DATASET_INDEX.tasks[solution.definition].tolerance
+    found = []
+    for workload in workloads[:1] if wrong else workloads:
+        capture = DATASET_INDEX.captures.get(workload.uuid)
+        inputs = materialize(
+            definition, workload, data_root=DATASET_INDEX.root, capture=capture
+        ).values
+        if wrong:  # asked for 1/sqrt(64), called with 0 (the kernel's 1/sqrt(128))
+            names = list(definition.inputs)
+            inputs[names.index("scale")] = 0.125
+            called = list(inputs)
+            called[names.index("scale")] = 0.0
+            found.append({"verdicts": verdicts(entry, definition, inputs, tolerance, called)})
+            continue
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        passed = verdicts(entry, definition, inputs, tolerance)
+        same = all(
+            not isinstance(x, torch.Tensor) or same_bytes(x, y)
+            for x, y in zip(inputs, before, strict=True)
+        )
+        found.append({"axes": workload.axes, "verdicts": passed, "inputs_unchanged": same})
+    print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    main()
