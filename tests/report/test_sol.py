@@ -69,3 +69,18 @@ def test_summary_gives_each_solution_its_geomean_fraction_and_bound():
     (unknown,) = summary(rows, {}, {})["solutions"]  # no table for the GPU: no fraction
     assert unknown["sol_fraction"] is None
     assert performance_markdown(summary(rows, {}, {})).rstrip().endswith("| - |")
+
+
+def test_compare_gives_both_sides_their_fraction_on_the_paired_workloads():
+    from inference_kernels.report.compare import comparison
+
+    memory = {"flops": 1, "bytes": 40_000_000, "math": "bf16"}  # 10 us at 4 TB/s
+    rows = [_environment(("cuda:0", "NVIDIA H200"))]
+    rows += [_case("a", 20.0, memory), _case("b", 12.5, memory)]  # s: 0.5, 0.8
+    rows += [_case("a", 40.0, memory) | {"solution": "base"}]  # base: 0.25, on a only
+    (entry,) = comparison(rows, None, {"d": "base"}, hardware={"NVIDIA H200": TABLE})
+    assert (entry["solution"], entry["against"], entry["pairs"]) == ("s", "base", 1)
+    assert entry["sol_fraction"] == 0.5  # on the paired workload a, not b
+    assert entry["against_sol_fraction"] == 0.25
+    (unknown,) = comparison(rows, None, {"d": "base"})  # no hardware: none
+    assert unknown["sol_fraction"] is None and unknown["against_sol_fraction"] is None

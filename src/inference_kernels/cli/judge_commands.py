@@ -378,7 +378,8 @@ def compare(
 
     rows = _read(first)
     other = _read(second) if second else None
-    table = comparison(rows, other, _baselines(dataset), solution, against)
+    baselines, hardware = _tables(dataset)
+    table = comparison(rows, other, baselines, solution, against, hardware)
     if as_json:
         print(json.dumps(table, indent=2))
         return
@@ -393,6 +394,7 @@ def compare(
         "speedup",
         "range",
         "faster",
+        "speed of light",
     )
     for column in columns:
         view.add_column(column)
@@ -411,12 +413,21 @@ def compare(
             speedup,
             spread,
             f"{entry['faster']}/{entry['pairs']}",
+            _light(entry),
         )
     console.print(view)
     notes = [INTERVAL_NOTE, STAND_IN_NOTE]
+    if any(entry.get("sol_fraction") for entry in table):
+        notes.append("Speed of light: each side's fraction on the paired workloads.")
     if any(entry["indicative"] for entry in table):
         notes.append(INDICATIVE_NOTE)
     console.print(" ".join(notes), highlight=False)
+
+
+def _light(entry: dict) -> str:
+    """Both sides' fractions of the speed of light, "new / against" ("-" where unknown)."""
+    sides = (entry.get("sol_fraction"), entry.get("against_sol_fraction"))
+    return " / ".join(f"{x:.2f}" if x else "-" for x in sides)
 
 
 @app.command()

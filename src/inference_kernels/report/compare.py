@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
+from ..schema import Hardware
 from ..stats import REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
 from .rows import case_rows, case_samples, case_time, geomean, indicative, regime
+from .sol import fractions
 
 
 class Timed(NamedTuple):
@@ -84,10 +86,12 @@ def comparison(
     baselines: dict[str, str],
     solution: str | None = None,
     against: str | None = None,
+    hardware: dict[str, Hardware] | None = None,
 ) -> list[dict[str, Any]]:
     """Speedups of ``solution`` (default: each one) over ``against`` (default: the task
     baseline), within one results file or, given ``second``, of ``first`` over ``second``
-    (same solution name unless ``against`` says otherwise)."""
+    (same solution name unless ``against`` says otherwise); with ``hardware``, each side's
+    geometric-mean fraction of the speed of light on the paired workloads (``sol.py``)."""
     new = times_by_case(first)
     old = times_by_case(second) if second is not None else new
     pairs = []
@@ -103,4 +107,20 @@ def comparison(
         for row in case_rows(first)
         if "inputs" in row
     }
-    return paired(new, old, pairs, inputs)
+    table = paired(new, old, pairs, inputs)
+    light_new = fractions(first, hardware or {})
+    light_old = fractions(second if second is not None else first, hardware or {})
+    for entry, (definition, name, other) in zip(table, pairs, strict=True):
+        mine, theirs = new.get((definition, name), {}), old.get((definition, other), {})
+        shared = [u for u in mine if u in theirs]
+        for key, light, who in (
+            ("sol_fraction", light_new, name),
+            ("against_sol_fraction", light_old, other),
+        ):
+            found = [
+                light[definition, who, u]["fraction"]
+                for u in shared
+                if (definition, who, u) in light
+            ]
+            entry[key] = geomean(found)
+    return table
