@@ -1,6 +1,6 @@
 """Our own kernels in dataset/solutions (Triton; issue 14), checked on the CPU through
 Triton's interpreter (``TRITON_INTERPRET=1``, in a process of its own: kernel_check.py):
-on the baselines' workloads (the smallest and up to two small dev ones, stand-in inputs)
+on each definition's smallest workload and its next-smallest dev one (stand-in inputs)
 each output passes the task's acceptance check against the FP32 reference and the inputs
 stay byte-identical; a kernel that is off (a wrong scale) fails the same check. Their
 speed, and every dev workload, are the H200's business (``run --device cuda``): the
