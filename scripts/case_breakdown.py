@@ -28,6 +28,8 @@ STEPS = (
     "samples",
     "compare",
     "checks",
+    "fresh",
+    "end",
 )
 
 

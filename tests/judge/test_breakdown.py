@@ -6,7 +6,18 @@ from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_ca
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge.session import judge
 
-STEPS = {"inputs", "reference", "worker", "call", "device_load", "sizing", "samples", "checks"}
+STEPS = {
+    "inputs",
+    "reference",
+    "worker",
+    "call",
+    "device_load",
+    "sizing",
+    "samples",
+    "checks",
+    "fresh",
+    "end",
+}
 SAMPLING = {"setup", "refresh", "compare"}  # inside sizing and samples, counted apart
 
 

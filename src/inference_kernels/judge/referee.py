@@ -285,7 +285,8 @@ class Referee:
             verdict.update(status=ended.status, error=ended.error)
         finally:
             if worker is not None:
-                worker.end_case()
+                with self.watch.span("end"):  # the worker lets go of the case, then is frozen
+                    worker.end_case()
             if self.profiled and solution.name in self.workers:
                 # The profiler may stay attached to the process (CUPTI is not always torn
                 # down): no later sample is timed in it.
@@ -380,7 +381,8 @@ class Referee:
             elif self.device.type == "cuda":  # burst: the clocks of a device that was resting
                 time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
-            job.fresh = Fresh(job.pristine)
+            with self.watch.span("fresh"):  # the workload's secret pools (fresh.py)
+                job.fresh = Fresh(job.pristine)
         wanted = self.options.get("methods", schema.METHODS)
         available = {
             "eager": True,

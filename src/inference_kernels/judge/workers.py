@@ -54,6 +54,7 @@ from .loader import (
 )
 from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
+from .signals import running, signal_tree, signal_uid
 
 LOG_BYTES = 8 << 20
 
@@ -79,68 +80,6 @@ def _drain(pipe, log: Path) -> None:
                     # before the pipe closes and the file with it (the CI once lost it)
                     stream.write(b"\n[inference-kernels: log cut at the size limit]\n")
                     stream.flush()
-
-
-def _descendants(root: int) -> list[int]:
-    """``root`` and every process below it (a detached one is reparented to the sandbox's
-    init, itself below ``root``)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        found.append(pid)
-        pending += children.get(pid, [])
-    return found
-
-
-def _signal_tree(root: int, signum: int) -> None:
-    """Signal ``root`` and what runs below it, by a scan of /proc: a process that forks
-    and exits faster than the scan can stay ahead of it (see ``_signal_uid``)."""
-    for _ in range(3):  # again, for what was forked while the first pass ran
-        for pid in _descendants(root):
-            try:
-                os.kill(pid, signum)
-            except OSError:
-                pass
-
-
-def _signal_uid(uid: int, signum: int) -> None:
-    """Signal every process of ``uid`` at once: a child becomes ``uid`` and calls
-    kill(-1), which the kernel delivers to them all under one lock, a fork in flight
-    included. Under root each worker has a uid of its own, so that is its whole sandbox."""
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signum)
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(child, 0)
-
-
-def _running(uid: int) -> list[int]:
-    """Processes of ``uid`` that are not stopped (or dead)."""
-    found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(
-                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
-            )
-        except OSError:
-            continue
-        if int(fields.get("Uid", "-1 ").split()[0]) == uid and fields["State"].split()[0] in "RSD":
-            found.append(int(status.parent.name))
-    return found
 
 
 def _log_tail(path: Path, lines: int = 6) -> str:
@@ -466,14 +405,14 @@ class WorkerHandle:
 
     def _signal(self, signum: int) -> None:
         if self.uid is not None:
-            _signal_uid(self.uid, signum)
+            signal_uid(self.uid, signum)
         if signum != signal.SIGSTOP or self.uid is None:
-            _signal_tree(self.process.pid, signum)
+            signal_tree(self.process.pid, signum)
 
     def _stopped(self, seconds: float = 0.5) -> bool:
         """Has every process of the worker's uid stopped (a signal takes a moment)?"""
         deadline = time.monotonic() + seconds
-        while _running(self.uid):
+        while running(self.uid):
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.005)
@@ -526,7 +465,7 @@ class WorkerHandle:
 
     def stop(self, kill: bool = True) -> None:
         if kill and self.uid is not None:
-            _signal_uid(self.uid, signal.SIGKILL)  # all of it, whatever it forked
+            signal_uid(self.uid, signal.SIGKILL)  # all of it, whatever it forked
         if self.alive():
             if kill:
                 try:

@@ -1,0 +1,140 @@
+"""Signals to a worker and everything it started: freeze between cases, wake, kill.
+
+Under root each worker has a uid of its own, so that uid is its whole sandbox: a process
+that becomes the uid and calls kill(-1) reaches all of them at once, under one kernel
+lock, a fork in flight included (Linux's kill(-1) spares only init and the caller). That
+process used to be a fork of the referee, twice a case (freeze, wake): a fork copies the
+page tables of the referee, whose torch, CUDA context and inputs make it large, and on
+this 2-core machine a process of 1 GB took 63 ms to fork. Now the forks come from a
+signaller: a small Python process (no torch) the referee starts once, which runs as the
+referee's own user, so that no solution can signal, trace or stop it. It forks a child per
+request that becomes the uid and signals. Should it be gone, the referee forks as before.
+
+Without root (no uid of its own) a worker's processes are found by a scan of /proc from
+its root process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+# The signaller's whole program: one line in ("UID SIGNUM"), one line out (the child's
+# exit code) per request.
+_SIGNALLER = r"""
+import os, sys
+read, write = sys.stdin.buffer, sys.stdout.buffer
+for line in iter(read.readline, b""):
+    uid, signum = (int(x) for x in line.split())
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signum)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(child, 0)
+    write.write(b"%d\n" % os.waitstatus_to_exitcode(status))
+    write.flush()
+"""
+
+
+class _Signaller:
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def send(self, uid: int, signum: int) -> bool:
+        """Signal every process of ``uid`` through the signaller (started on first use);
+        False when it cannot (the caller then forks itself)."""
+        with self.lock:
+            for _ in range(2):  # one restart, for a signaller that went away
+                if self.process is None or self.process.poll() is not None:
+                    self.process = subprocess.Popen(
+                        [sys.executable, "-I", "-S", "-c", _SIGNALLER],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        close_fds=True,
+                    )
+                try:
+                    self.process.stdin.write(f"{uid} {signum}\n".encode())
+                    self.process.stdin.flush()
+                    if self.process.stdout.readline():
+                        return True
+                except OSError:
+                    pass
+                self.process.kill()
+                self.process = None
+            return False
+
+
+_signaller = _Signaller()
+
+
+def signal_uid(uid: int, signum: int) -> None:
+    """Signal every process of ``uid`` at once (see the module's doc)."""
+    if _signaller.send(uid, signum):
+        return
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signum)
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(child, 0)
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it (a detached one is reparented to the sandbox's
+    init, itself below ``root``)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending += children.get(pid, [])
+    return found
+
+
+def signal_tree(root: int, signum: int) -> None:
+    """Signal ``root`` and what runs below it, by a scan of /proc: a process that forks
+    and exits faster than the scan can stay ahead of it (see ``signal_uid``)."""
+    for _ in range(3):  # again, for what was forked while the first pass ran
+        for pid in descendants(root):
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+
+def running(uid: int) -> list[int]:
+    """Processes of ``uid`` that are not stopped (or dead)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid and fields["State"].split()[0] in "RSD":
+            found.append(int(status.parent.name))
+    return found

@@ -1,0 +1,64 @@
+"""Freezing and waking a worker's uid (judge/signals.py): the signals come from a small
+signaller process rather than from forks of the (large) referee, reach every process of
+the uid, and still arrive when the signaller is gone (started again, or a fork of the
+referee as before). Run as root, as CI and the judge's sandbox do."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from inference_kernels.judge import signals
+
+UID = 61234  # no user of this machine
+
+
+@pytest.fixture
+def sleepers():
+    if os.geteuid() != 0:
+        pytest.skip("signals to another uid need root (the judge's sandbox has it)")
+    started = [
+        subprocess.Popen(["sleep", "60"], user=UID, group=UID, extra_groups=[]) for _ in range(3)
+    ]
+    yield started
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def _settled(check, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_stop_and_continue_every_process_of_the_uid(sleepers):
+    pids = {p.pid for p in sleepers}
+    assert pids <= set(signals.running(UID))
+    signals.signal_uid(UID, signal.SIGSTOP)
+    assert _settled(lambda: not set(signals.running(UID)) & pids)  # all stopped
+    assert signals._signaller.process is not None  # the signaller did it
+    assert signals._signaller.process.poll() is None  # and is not stopped or gone
+    signals.signal_uid(UID, signal.SIGCONT)
+    assert _settled(lambda: pids <= set(signals.running(UID)))
+
+
+def test_a_signaller_that_went_away_is_started_again(sleepers):
+    signals.signal_uid(UID, signal.SIGCONT)  # a signaller is running
+    first = signals._signaller.process
+    first.kill()
+    first.wait()
+    signals.signal_uid(UID, signal.SIGKILL)
+    assert _settled(lambda: all(p.poll() is not None for p in sleepers))
+    assert signals._signaller.process is not first
+
+
+def test_without_a_signaller_the_referee_forks_as_before(sleepers, monkeypatch):
+    monkeypatch.setattr(signals._signaller, "send", lambda uid, signum: False)
+    signals.signal_uid(UID, signal.SIGKILL)
+    assert _settled(lambda: all(p.poll() is not None for p in sleepers))
