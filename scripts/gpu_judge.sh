@@ -2,8 +2,9 @@
 # On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, the replay of the
 # captured (MiniLM) workloads on CUDA, then the baseline solutions judged on the smallest
 # and the dev workloads. STEPS picks steps (exploits,fidelity,ncu,run_to_run,replay,first,
-# dev, languages; ncu and run_to_run are issue 11's agreement with Nsight Compute and
-# run-to-run spread; languages builds and judges a CUDA solution, issue 12);
+# dev, languages, kernels; ncu and run_to_run are issue 11's agreement with Nsight Compute
+# and run-to-run spread; languages builds and judges a CUDA solution, issue 12; kernels
+# judges our own Triton kernels beside their baselines on the dev workloads, issue 14);
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
 # Setup (wheels and bwrap from .whl/): scripts/gpu_setup.sh.
@@ -28,6 +29,19 @@ if [[ $STEPS == *ncu* ]]; then
 fi
 if [[ $STEPS == *run_to_run* ]]; then
   timeout 500 python3 benchmarks/run_to_run.py > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
+fi
+if [[ $STEPS == *kernels* ]]; then
+  mapfile -t picked < <(python3 -c "
+import json, pathlib
+kernels = (json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json'))
+for name in sorted({s['definition'] for s in kernels if s['spec']['language'] != 'python'}):
+    print('-d'); print(name)")
+  timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
+    "${picked[@]}" --report "$OUT/kernels.jsonl" --cache .cache/ik --overwrite > "$OUT/kernels.log" 2>&1
+  echo "kernels run exit $?"
+  python3 -m inference_kernels.cli compare "$OUT/kernels.jsonl" | tee "$OUT/kernels-compare.txt"
+  python3 -m inference_kernels.cli summary "$OUT/kernels.jsonl" -o "$OUT" >/dev/null
+  cat "$OUT/performance.md"
 fi
 if [[ $STEPS == *replay* ]]; then
   timeout 300 python3 -m inference_kernels.cli replay --device cuda \
