@@ -3,7 +3,7 @@
 set before triton is first imported (triton.language's own jit functions are decorated
 then).
 
-    TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale]
+    TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ def main() -> None:
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
     definition, workloads = cases(solution.definition)
+    if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
+        uuid = sys.argv[sys.argv.index("--uuid") + 1]
+        workloads = [w for w in DATASET_INDEX.workloads[solution.definition] if w.uuid == uuid]
     tolerance = DATASET_INDEX.tasks[solution.definition].tolerance
     found = []
     for workload in workloads[:1] if wrong else workloads:
