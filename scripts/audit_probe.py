@@ -1,6 +1,6 @@
 """A quick estimate of the full audit (issue 13) from a few workloads of each definition.
 
-    python3 scripts/audit_probe.py pick [--dataset dataset]       # prints -w UUID ... args
+    python3 scripts/audit_probe.py pick [--dataset dataset]   # prints -w UUID ... -s BASELINE ...
     python3 scripts/audit_probe.py estimate PROBE.jsonl [--dataset dataset]
 
 ``pick`` names the first, middle and last workload (``--suite all`` order) of every
@@ -23,11 +23,14 @@ from inference_kernels.dataset.layout import load_dataset
 
 
 def pick(dataset: Path) -> list[str]:
+    """``run`` arguments: -w for the picked workloads, -s for each definition's baseline
+    (the audit judges the baselines, not our other kernels)."""
+    loaded = load_dataset(dataset)
     chosen = []
-    for _, workloads in sorted(load_dataset(dataset).workloads.items()):
+    for _, workloads in sorted(loaded.workloads.items()):
         count = len(workloads)
-        chosen += [workloads[i].uuid for i in sorted({0, count // 2, count - 1})]
-    return chosen
+        chosen += [f"-w {workloads[i].uuid}" for i in sorted({0, count // 2, count - 1})]
+    return chosen + [f"-s {task.baseline}" for _, task in sorted(loaded.tasks.items())]
 
 
 def estimate(report: Path, dataset: Path) -> None:
@@ -71,7 +74,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=Path("dataset"))
     options = parser.parse_args()
     if options.command == "pick":
-        print(" ".join(f"-w {uuid}" for uuid in pick(options.dataset)))
+        print(" ".join(pick(options.dataset)))
     elif options.report is None:
         parser.error("estimate needs the probe's report")
     else:

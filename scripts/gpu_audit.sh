@@ -19,10 +19,15 @@ if [[ ${REFERENCES:-0} == 1 ]]; then
     --cache "$CACHE" > "$OUT/references.log" 2>&1
   echo "references rc=$? seconds=$(( $(date +%s) - began ))"
 fi
+# the audit judges each definition's baseline (task files), not our other kernels
+mapfile -t baselines < <(python3 -c "
+import json, pathlib
+for path in sorted(pathlib.Path('dataset/tasks').glob('*.json')):
+    print('-s'); print(json.loads(path.read_text())['baseline'])")
 left=$(( PART_SECONDS - ($(date +%s) - began) ))
 if [[ -s $REPORT ]]; then again=--resume; else again=--overwrite; fi
 timeout "$left" python3 -m inference_kernels.cli run --device cuda --suite all --methods graph \
-  --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
+  "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
 echo "audit part rc=$? seconds=$(( $(date +%s) - began ))"
 [[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
 python3 scripts/case_breakdown.py "$REPORT" | tail -17
