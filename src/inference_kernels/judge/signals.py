@@ -7,8 +7,9 @@ process used to be a fork of the referee, twice a case (freeze, wake): a fork co
 page tables of the referee, whose torch, CUDA context and inputs make it large, and on
 this 2-core machine a process of 1 GB took 63 ms to fork. Now the forks come from a
 signaller: a small Python process (no torch) the referee starts once, which runs as the
-referee's own user, so that no solution can signal, trace or stop it. It forks a child per
-request that becomes the uid and signals. Should it be gone, the referee forks as before.
+referee's own user, so that no solution can signal, trace or stop it (``signaller.py``). It
+forks a child per request that becomes the uid and signals. Should it be gone, the referee
+forks as before.
 
 Without root (no uid of its own) a worker's processes are found by a scan of /proc from
 its root process.
@@ -22,28 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-# The signaller's whole program: one line in ("UID SIGNUM"), one line out (the child's
-# exit code) per request.
-_SIGNALLER = r"""
-import os, sys
-read, write = sys.stdin.buffer, sys.stdout.buffer
-for line in iter(read.readline, b""):
-    uid, signum = (int(x) for x in line.split())
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signum)
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(child, 0)
-    write.write(b"%d\n" % os.waitstatus_to_exitcode(status))
-    write.flush()
-"""
+from .signaller import signal_as
 
 
 class _Signaller:
@@ -58,7 +38,7 @@ class _Signaller:
             for _ in range(2):  # one restart, for a signaller that went away
                 if self.process is None or self.process.poll() is not None:
                     self.process = subprocess.Popen(
-                        [sys.executable, "-I", "-S", "-c", _SIGNALLER],
+                        [sys.executable, "-I", "-S", str(Path(__file__).with_name("signaller.py"))],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         close_fds=True,
@@ -80,20 +60,8 @@ _signaller = _Signaller()
 
 def signal_uid(uid: int, signum: int) -> None:
     """Signal every process of ``uid`` at once (see the module's doc)."""
-    if _signaller.send(uid, signum):
-        return
-    child = os.fork()
-    if child == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.kill(-1, signum)
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(child, 0)
+    if not _signaller.send(uid, signum):
+        signal_as(uid, signum)
 
 
 def descendants(root: int) -> list[int]:
