@@ -121,7 +121,7 @@ def test_a_task_failed_for_good_fails_its_cases_once(bundled):
     from inference_kernels.judge.scheduler import Job
 
     definition, workload = select(bundled, [DEFINITION], "dev")[0]
-    solutions = [s for s in bundled.solutions.values() if s.definition == DEFINITION]
+    solutions = [bundled.solutions[bundled.tasks[DEFINITION].baseline]]
     job = Job(definition, workload, bundled.tasks[DEFINITION], solutions)
     failure = f"ray: NodeDiedError: gone (after up to {RETRIES} retries)"
     rows = _rows(job, None, failure, set())
