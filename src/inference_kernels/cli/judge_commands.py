@@ -119,8 +119,8 @@ def run(
         str,
         typer.Option(
             help="The device state times are taken in. sustained: after a 10 s preheat the "
-            "device is kept loaded between cases, the load stopped only for each case's "
-            "calibration and samples (a busy server's clocks). burst: no load, a short "
+            "device is kept loaded between cases, the load stopped from each case's first "
+            "call to its last sample (a busy server's clocks). burst: no load, a short "
             "rest before each case, samples as short as the outside check allows (the "
             "clocks of published micro-benchmarks and of ncu). Recorded in every row."
         ),
@@ -252,8 +252,7 @@ def run(
             "row(s) that fail authentication; their cases were judged again",
             highlight=False,
         )
-    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
-    table = solution_table(rows, baselines)
+    table = solution_table(rows, task_baselines(loaded))
     failed = sum(sum(entry["failed"].values()) for entry in table)
     failures = grouped(rows)
     if as_json:
@@ -341,8 +340,12 @@ def _tables(dataset: Path | None) -> tuple[dict[str, str], dict]:
         loaded = _load(dataset)
     except DatasetError:
         return {}, {}
-    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
-    return baselines, dict(loaded.hardware)
+    return task_baselines(loaded), dict(loaded.hardware)
+
+
+def task_baselines(loaded) -> dict[str, str]:
+    """Definition -> the name of its task's baseline solution."""
+    return {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
 
 
 def _read(path: Path) -> list[dict]:

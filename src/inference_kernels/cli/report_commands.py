@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..errors import DatasetError
 from .common import DatasetOption, JsonOption, _fail, _load, _writable, app, console, errors
-from .judge_commands import _read
+from .judge_commands import _read, task_baselines
 
 PAGE = "index.html"
 
@@ -29,8 +29,7 @@ def _dataset(dataset: Path | None) -> tuple[dict, dict, dict]:
             highlight=False,
         )
         return {}, {}, {}
-    baselines = {name: task.baseline for name, task in loaded.tasks.items() if task.baseline}
-    return baselines, dict(loaded.definitions), dict(loaded.hardware)
+    return task_baselines(loaded), dict(loaded.definitions), dict(loaded.hardware)
 
 
 @app.command()

@@ -6,9 +6,9 @@ a second in which the device would rest. Before, each case paid a load as long a
 rest (0.2-1 s) so that its samples started from the clocks of sustained work: on the
 H200 that load was a third of an audit's time (docs/measurements/case-breakdown.md).
 Instead the referee keeps the device loaded in the background through that second, and
-stops the load right before a case's calibration and samples: the device never rests,
-which is the state the sustained regime names (a busy server), and nothing is timed
-while the load runs.
+stops the load at the case's first call, which the solution runs alone; its samples then
+follow a load only as long as that call. The device hardly rests, which is the state the
+sustained regime names (a busy server), and nothing of the solution runs beside the load.
 
 The load is a chain of bf16 matrix products on a stream of its own, from a thread of the
 referee's (the solution's worker is another process: it cannot see or stop it). Each

@@ -291,7 +291,7 @@ class Referee:
                 # The profiler may stay attached to the process (CUPTI is not always torn
                 # down): no later sample is timed in it.
                 self._retire(solution.name)
-            self.busy.start()  # until the next case's samples (sustained regime, busy.py)
+            self.busy.start()  # until the next case's first call (sustained regime, busy.py)
         verdict["seconds"] = self.watch.rounded()
         return verdict
 

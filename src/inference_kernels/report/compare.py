@@ -109,7 +109,7 @@ def comparison(
     }
     table = paired(new, old, pairs, inputs)
     light_new = fractions(first, hardware or {})
-    light_old = fractions(second if second is not None else first, hardware or {})
+    light_old = light_new if second is None else fractions(second, hardware or {})
     for entry, (definition, name, other) in zip(table, pairs, strict=True):
         mine, theirs = new.get((definition, name), {}), old.get((definition, other), {})
         shared = [u for u in mine if u in theirs]
