@@ -74,6 +74,33 @@ def test_paused_resumes_only_a_load_that_ran():
     assert not busy.running  # it was not running before: it stays stopped
 
 
+def test_a_load_whose_work_failed_is_not_running_and_starts_again():
+    # The referee reads "not running" as "the device rested": it then loads before the
+    # samples for as long as it rested (steady_seconds), rather than not at all.
+    failures = []
+
+    def failing():
+        def one_round():
+            failures.append(1)
+            raise RuntimeError("out of memory")
+
+        return one_round
+
+    busy = Busy(failing)
+    busy.start()
+    deadline = time.monotonic() + 10
+    while busy.running:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert failures == [1] and busy.error == "RuntimeError: out of memory"
+    busy.start()  # a new thread, not the dead one
+    deadline = time.monotonic() + 10
+    while len(failures) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    busy.stop()
+
+
 def test_without_work_there_is_no_load():
     busy = Busy(None)  # the burst regime, or the CPU
     busy.start()

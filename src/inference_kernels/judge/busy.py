@@ -18,6 +18,7 @@ round of products is about 1.4 ms on the H200, so ``stop()`` returns within abou
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterator
 
@@ -38,13 +39,16 @@ class Busy:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.rounds = 0  # rounds run so far, all starts together
+        self.error: str | None = None  # why the last load ended by itself
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        """Whether the load runs now: a load whose thread died (its work raised) does not,
+        so the referee falls back on a load as long as the device rested."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        if self.work is None or self._thread is not None:
+        if self.work is None or self.running:
             return
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="busy", daemon=True)
@@ -71,10 +75,14 @@ class Busy:
                 self.start()
 
     def _run(self) -> None:
-        one_round = self.work()
-        while not self._stop.is_set():
-            one_round()
-            self.rounds += 1
+        try:
+            one_round = self.work()
+            while not self._stop.is_set():
+                one_round()
+                self.rounds += 1
+        except Exception as error:  # the load ends; the referee loads before samples instead
+            self.error = f"{type(error).__name__}: {error}"
+            print(f"background load stopped: {self.error}", file=sys.stderr, flush=True)
 
 
 def products(device: torch.device) -> Work:
