@@ -8,7 +8,8 @@ solution judged one after another by one referee: once with every worker in the
 bubblewrap sandbox and once with ``--no-sandbox``. Then times the same calls with
 triton's ``do_bench_cudagraph``. Prints JSON: per workload and mode the graph (and eager)
 medians of each run, their median and spread, the sandboxed/unsandboxed ratio, and the
-worker-reported against outside-seen times. Run on a CUDA machine:
+worker-reported against outside-seen times, each run's SM clock, power, input sets and
+heaviest kernel (CUPTI, ``--kernel-times``). Run on a CUDA machine:
 
     PYTHONPATH=src python3 benchmarks/timing_fidelity.py
 """
@@ -60,6 +61,7 @@ def judged(sandboxed: bool) -> dict[str, list[dict]]:
         report=folder / "results.jsonl",
         cache=folder / "cache",
         sandbox=sandboxed,
+        kernel_times=True,
     )
     rows = [row for row in judge(dataset, request) if row.get("type") == "case"]
     return {
@@ -78,7 +80,19 @@ def figures(rows: list[dict], method: str) -> dict:
         "median_us": round(statistics.median(medians), 2),
         "spread": round(max(medians) / min(medians) - 1, 4),
         "outside_median_us": round(statistics.median(outside), 2),
+        "sm_mhz": [(entry.get("clocks") or {}).get("median_sm_mhz") for entry in timed],
+        "power_w": [(entry.get("clocks") or {}).get("median_power_w") for entry in timed],
+        "kernels": [_heaviest(row) for row in rows if method in row["timing"]],
+        "sets": [
+            row["timing"].get("sets", {}).get("count") for row in rows if method in row["timing"]
+        ],
     }
+
+
+def _heaviest(row: dict) -> str | None:
+    """The name of the case's heaviest kernel (which one a library chose), if profiled."""
+    top = (row["timing"].get("kernels") or {}).get("top") or {}
+    return next(iter(top), None)
 
 
 def triton_us(shape: str) -> float:

@@ -321,6 +321,7 @@ class KernelTimes(_Row):
     us: float | None = None  # kernels, per call
     copies_us: float | None = None  # memory copies and sets, per call
     launches: float | None = None  # kernels per call
+    top: dict[str, float] | None = None  # the heaviest kernels by name, us per call
     calls: int | None = None
     rest_ms: float | None = None  # device rest before each call (0: back to back)
     error: str | None = None  # why there are none (a profiler that would not start)

@@ -17,25 +17,33 @@ from inference_kernels.judge.session import judge
 from inference_kernels.judge.timing import device_times
 
 
-def _event(kind: str, ns: int):
-    return SimpleNamespace(activity_type=lambda: kind, duration_ns=lambda: ns)
+def _event(kind: str, ns: int, name: str = "gemm_kernel"):
+    return SimpleNamespace(activity_type=lambda: kind, duration_ns=lambda: ns, name=lambda: name)
 
 
 def test_device_times_sum_kernels_and_copies_per_call_and_skip_host_events():
     events = [
-        _event("kernel", 10_000),
-        _event("kernel", 2_500),
-        _event("gpu_memset", 1_000),
-        _event("gpu_memcpy", 500),
-        _event("cpu_op", 90_000),  # host side: not device time
-        _event("cuda_runtime", 7_000),
-        _event("kernel", 12_500),
-        _event("kernel", 11_000),
+        _event("kernel", 10_000, "flash_fwd"),
+        _event("kernel", 2_500, "softmax"),
+        _event("gpu_memset", 1_000, "Memset (Device)"),
+        _event("gpu_memcpy", 500, "Memcpy DtoD"),
+        _event("cpu_op", 90_000, "aten::mm"),  # host side: not device time
+        _event("cuda_runtime", 7_000, "cudaLaunchKernel"),
+        _event("kernel", 12_500, "flash_fwd"),
+        _event("kernel", 11_000, "x" * 300),
     ]
-    us, copies, launches = device_times(events, calls=2)
+    us, copies, launches, top = device_times(events, calls=2)
     assert us == pytest.approx(18.0)  # (10 + 2.5 + 12.5 + 11) us over 2 calls
     assert copies == pytest.approx(0.75)
     assert launches == 2.0
+    # which kernels ran, heaviest first, per call; names cut to what the protocol takes
+    assert list(top.items()) == [("flash_fwd", 11.25), ("x" * 120, 5.5), ("softmax", 1.25)]
+
+
+def test_device_times_name_only_the_heaviest_kernels():
+    events = [_event("kernel", 1_000 * (i + 1), f"k{i}") for i in range(10)]
+    top = device_times(events, calls=1).top
+    assert list(top) == ["k9", "k8", "k7", "k6"]
 
 
 def test_device_times_tell_kinds_by_name_where_events_do_not_say_them():
@@ -53,10 +61,20 @@ def test_device_times_tell_kinds_by_name_where_events_do_not_say_them():
         event("Memcpy DtoD (Device -> Device)", DeviceType.CUDA, 2_000),
         event("aten::scaled_dot_product_attention", DeviceType.CPU, 50_000),
     ]
-    assert device_times(events, calls=1) == (4.0, 3.0, 1.0)
+    assert device_times(events, calls=1) == (4.0, 3.0, 1.0, {"cudnn_sdpa_kernel": 4.0})
 
 
-@pytest.mark.parametrize("bad", [{"us": -1.0}, {"us": float("inf")}, {"launches": float("nan")}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"us": -1.0},
+        {"us": float("inf")},
+        {"launches": float("nan")},
+        {"top": {"k": -2.0}},
+        {"top": {"k" * 121: 2.0}},
+        {"top": {f"k{i}": 1.0 for i in range(9)}},
+    ],
+)
 def test_a_worker_cannot_report_negative_or_endless_kernel_times(bad):
     with pytest.raises(protocol.Violation):
         protocol.parse({"op": "kernels", **bad}, protocol.Kernels)
@@ -122,7 +140,7 @@ def test_a_kernel_sample_with_rest_runs_each_call_alone(monkeypatch):
     monkeypatch.setattr(timing, "_profile", lambda **_: contextlib.nullcontext(profiled))
     slots = [lambda i=i: log.append(f"call {i}") for i in range(2)]
     cuda = torch.device("cuda", 0)
-    assert timing.kernel_sample(slots, cuda, 0.002) == (4.0, 0.0, 1.0)
+    assert timing.kernel_sample(slots, cuda, 0.002) == (4.0, 0.0, 1.0, {"gemm_kernel": 4.0})
     assert log == ["sync", "sync", "rest 0.002", "call 0", "sync", "rest 0.002", "call 1", "sync"]
     log.clear()
     timing.kernel_sample(slots, cuda)

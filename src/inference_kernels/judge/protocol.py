@@ -36,6 +36,7 @@ LOAD_FAILURES = (statuses.LOAD_FAILED, statuses.COMPILE_ERROR)
 
 _Count = Annotated[int, Field(ge=0, le=1 << 48)]
 _Text = Annotated[str, Field(max_length=4000)]
+_KernelName = Annotated[str, Field(max_length=120)]
 
 
 class _Strict(BaseModel):
@@ -165,12 +166,20 @@ class Kernels(_Strict):
     us: float | None = None  # kernels
     copies_us: float | None = None  # memory copies and sets
     launches: float | None = None  # kernels per call
+    top: dict[_KernelName, float] | None = Field(default=None, max_length=8)  # us per call
     error: _Text | None = None
 
     @field_validator("us", "copies_us", "launches")
     @classmethod
     def _values(cls, value: float | None) -> float | None:
         return _finite(value)
+
+    @field_validator("top")
+    @classmethod
+    def _tops(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for us in (value or {}).values():
+            _finite(us)
+        return value
 
 
 class Ended(_Strict):

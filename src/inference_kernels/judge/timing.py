@@ -22,7 +22,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -62,11 +62,9 @@ def sample(slots: list[Slot], device: torch.device) -> tuple[float, float | None
     return _elapsed(start, end) * 1000 / calls, host, outputs
 
 
-def kernel_sample(
-    slots: list[Slot], device: torch.device, idle_s: float = 0.0
-) -> tuple[float, float, float]:
+def kernel_sample(slots: list[Slot], device: torch.device, idle_s: float = 0.0) -> DeviceTimes:
     """Run every slot once, eagerly, under CUPTI activity tracing (torch's profiler):
-    (microseconds of kernels per call, of memory copies and sets per call, kernels per call).
+    its device times (``device_times``).
     With ``idle_s`` each call starts alone, after the device has finished the previous one
     and rested that long; without, the calls follow each other in the stream.
 
@@ -87,21 +85,39 @@ def kernel_sample(
     return device_times(profiled.profiler.kineto_results.events(), len(slots))
 
 
-def device_times(events: Any, calls: int) -> tuple[float, float, float]:
-    """From profiler events: (kernel us per call, copy and set us per call, kernels per
-    call). Events of other kinds (host calls, synchronization) are not device work."""
+class DeviceTimes(NamedTuple):
+    us: float  # kernels, per call
+    copies_us: float  # memory copies and sets, per call
+    launches: float  # kernels per call
+    top: dict[str, float]  # the heaviest kernels by name (TOP_KERNELS), us per call
+
+
+TOP_KERNELS = 4
+KERNEL_NAME_CHARS = 120
+
+
+def device_times(events: Any, calls: int) -> DeviceTimes:
+    """From profiler events: kernel, copy and set us per call, kernels per call, and the
+    heaviest kernels by name (which kernel a library chose: cuDNN's or flash attention's,
+    one cuBLAS tile or another). Events of other kinds (host calls, synchronization) are
+    not device work."""
     kernels = copies = 0.0
     count = 0
+    by_name: dict[str, float] = {}
     for event in events:
         kind = _kind(event)
         if kind == "kernel":
             kernels += event.duration_ns()
             count += 1
+            name = event.name()[:KERNEL_NAME_CHARS]
+            by_name[name] = by_name.get(name, 0.0) + event.duration_ns()
         elif kind in ("gpu_memcpy", "gpu_memset"):
             copies += event.duration_ns()
     if count == 0:
         raise RuntimeError("the profiler saw no kernel")
-    return kernels / 1e3 / calls, copies / 1e3 / calls, count / calls
+    heaviest = sorted(by_name.items(), key=lambda item: -item[1])[:TOP_KERNELS]
+    top = {name: ns / 1e3 / calls for name, ns in heaviest}
+    return DeviceTimes(kernels / 1e3 / calls, copies / 1e3 / calls, count / calls, top)
 
 
 def _kind(event: Any) -> str:

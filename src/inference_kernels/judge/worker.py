@@ -268,11 +268,11 @@ class Worker:
             )
         slots = [self._slot(i, "eager") for i in range(calls)]
         try:
-            us, copies_us, launches = timer.kernel_sample(slots, self.device, idle_s)
+            times = timer.kernel_sample(slots, self.device, idle_s)
         except Exception as error:
             self._synchronize()
             return {"op": "kernels", "error": _one_line(error)}
-        return {"op": "kernels", "us": us, "copies_us": copies_us, "launches": launches}
+        return {"op": "kernels", **times._asdict()}
 
     def _sample_outputs(self, method: str, produced: list[Any]) -> list | str:
         """References to each slot's outputs, or "same" when they are those of the
