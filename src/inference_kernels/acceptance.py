@@ -48,13 +48,14 @@ class OutputVerdict:
     worst_index: list[int] | None = None
     expected_value: float | None = None
     actual_value: float | None = None
+    ignored_rows: int | None = None  # ambiguous rows left out (the task's ambiguity)
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
 
     def to_dict(self) -> dict:
-        details = ("worst_index", "expected_value", "actual_value")
+        details = ("worst_index", "expected_value", "actual_value", "ignored_rows")
         return {k: v for k, v in asdict(self).items() if v is not None or k not in details}
 
 
@@ -65,7 +66,43 @@ def _ratio_reaches(matched: int, total: int, required: float | None) -> bool:
     return total == 0 or Fraction(matched, total) >= Fraction(str(required))
 
 
-def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> OutputVerdict:
+def compare(
+    actual: object,
+    expected: torch.Tensor,
+    tolerance: Tolerance,
+    ignore_rows: torch.Tensor | None = None,
+) -> OutputVerdict:
+    """One output against its reference. ``ignore_rows`` (a bool per row of the first
+    dimension) leaves ambiguous rows out once shape, dtype and device are checked."""
+    verdict = _compare(actual, expected, tolerance, ignore_rows)
+    if ignore_rows is None or verdict.status in _BEFORE_ROWS:
+        return verdict
+    verdict = replace(verdict, ignored_rows=int(ignore_rows.sum()))
+    if verdict.passed:
+        return verdict
+    if verdict.worst_index is not None:  # an index among the kept rows: the output's own
+        kept = torch.nonzero(~ignore_rows).reshape(-1)
+        index = [int(kept[verdict.worst_index[0]]), *verdict.worst_index[1:]]
+        verdict = replace(verdict, worst_index=index)
+        verdict = replace(verdict, message=explain(verdict, tolerance))
+    left_out = f" ({verdict.ignored_rows} ambiguous rows left out)"
+    return replace(verdict, message=verdict.message + left_out)
+
+
+_BEFORE_ROWS = (
+    statuses.TYPE_MISMATCH,
+    statuses.SHAPE_MISMATCH,
+    statuses.DTYPE_MISMATCH,
+    statuses.DEVICE_MISMATCH,
+)
+
+
+def _compare(
+    actual: object,
+    expected: torch.Tensor,
+    tolerance: Tolerance,
+    ignore_rows: torch.Tensor | None,
+) -> OutputVerdict:
     if not isinstance(actual, torch.Tensor):
         return OutputVerdict(
             statuses.TYPE_MISMATCH, f"expected a tensor, got {type(actual).__name__}"
@@ -80,6 +117,8 @@ def compare(actual: object, expected: torch.Tensor, tolerance: Tolerance) -> Out
         return OutputVerdict(
             statuses.DEVICE_MISMATCH, f"device {actual.device} != {expected.device}"
         )
+    if ignore_rows is not None:
+        actual, expected = actual[~ignore_rows], expected[~ignore_rows]
     total = expected.numel()
     if not (actual.is_floating_point() or actual.is_complex()):
         mismatched = int((actual != expected).sum()) if total else 0

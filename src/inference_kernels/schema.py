@@ -181,11 +181,24 @@ class Solution(Strict):
 # ----------------------------------------------------------------------------- task
 
 
+class Ambiguity(Strict):
+    """Rows of some outputs that no kernel can be held to: a top-k selection whose k-th and
+    next scores lie within the tolerance of each other (a different FP32 summation order,
+    which the definition allows, may pick either). ``function`` is a function of the
+    definition's reference source, called as the reference is, with the inputs and then
+    ``atol`` and ``rtol``; it returns a bool per row (the outputs' first dimension). Those
+    rows of ``outputs`` are left out of every comparison, and each verdict counts them."""
+
+    function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    outputs: list[str] = Field(min_length=1)
+
+
 class Tolerance(Strict):
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
     comparison: Literal["absolute_or_relative"] | None = None
     required_matched_ratio: float | None = Field(default=None, gt=0, le=1)
+    ambiguity: Ambiguity | None = None
 
 
 class Timing(Strict):

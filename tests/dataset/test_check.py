@@ -71,6 +71,23 @@ def test_dev_uuid_that_does_not_resolve(dataset_copy):
     assert f"tasks/{QSA}.json: dev[0]: 00000000-0000-0000-0000-000000000000 is not one" in output
 
 
+def test_an_ambiguity_names_a_function_of_the_reference_and_outputs_of_the_definition(
+    dataset_copy,
+):
+    router = "moe_router_gemm_topk_deepseek41_d5120_e384_topk6"
+    path = dataset_copy / "tasks" / f"{router}.json"
+
+    def misname(data):
+        data["tolerance"]["ambiguity"] = {"function": "ambiguous", "outputs": ["expert_idx"]}
+
+    edit_json(path, misname)
+    code, output = run_check(dataset_copy)
+    assert code == 1
+    file, output = f"tasks/{router}.json", " ".join(output.split())  # unwrapped
+    assert f"{file}: tolerance.ambiguity.outputs[0]: 'expert_idx' is not an output" in output
+    assert f"{file}: tolerance.ambiguity.function: {router}'s reference defines no" in output
+
+
 def test_more_than_ten_dev_uuids_is_a_schema_error(dataset_copy):
     path = dataset_copy / "tasks" / f"{QSA}.json"
     edit_json(path, lambda d: d["dev"].extend(["x"] * 5))

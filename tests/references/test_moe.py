@@ -183,3 +183,49 @@ def test_router_random_tokens_match_naive(reference):
     # Swapping the biases changes at least one selection: the per-token bias matters.
     swapped, _ = naive_router(X, W, bias_text, bias_image, ~is_image, 2.5)
     assert swapped != expected_ids
+
+
+def test_router_ambiguous_rows_are_the_tokens_whose_top6_cut_is_within_tolerance(dataset):
+    """Token 0: experts 5 and 6 tie exactly at the cut (any order may pick either); token 1:
+    they are 1e-5 apart, within atol 2e-5; token 2: 0.5 apart, a clear cut. A kernel that
+    routes token 0 or 1 the other way passes the task's check of both outputs; the same
+    swap on token 2 fails it."""
+    from inference_kernels.acceptance import compare
+    from inference_kernels.materialize.references import ambiguous_rows, run_reference
+
+    definition = dataset.definitions[ROUTER]
+    tolerance = dataset.tasks[ROUTER].tolerance
+    assert tolerance.ambiguity.outputs == ["expert_ids", "expert_weights"]
+    E, D = 10, 16
+    X = torch.zeros(3, D)
+    X[:, 0] = 1.0
+    W = torch.zeros(E, D)
+    W[:, 0] = torch.tensor([6.0, 5.0, 4.0, 3.0, 2.0, 1.0, 1.0, -1.0, -2.0, -3.0])
+    bias_text = torch.zeros(E)
+    bias_image = torch.zeros(E)
+    bias_image[5] = 0.5  # token 2 is an image token: expert 5 clearly wins the cut
+    is_image = torch.tensor([False, False, True])
+    inputs = [X.bfloat16(), W.bfloat16(), bias_text, bias_image, is_image, 1.5]
+    inputs[2] = bias_text.clone()
+    inputs[2][6] = -1e-5  # token 1: expert 6 is 1e-5 below expert 5 (scores ~1.13 there)
+    ids, weights = run_reference(definition, inputs)
+    assert ids[0].tolist()[:5] == [0, 1, 2, 3, 4] and int(ids[0, 5]) in (5, 6)  # the tie
+    assert ids[1:].tolist() == [[0, 1, 2, 3, 4, 5]] * 2
+    rows = ambiguous_rows(definition, tolerance, inputs, [ids, weights])
+    assert rows.tolist() == [True, True, False]
+
+    for token, passes in ((0, True), (1, True), (2, False)):
+        other_ids = ids.clone()
+        other_ids[token, 5] = 11 - other_ids[token, 5]  # the other of experts 5 and 6
+        verdict = compare(other_ids, ids, tolerance, rows)
+        assert verdict.passed is passes, (token, verdict)
+        assert verdict.ignored_rows == 2
+        assert compare(other_ids, ids, tolerance).passed is False  # without the rows
+    assert verdict.message == "1/6 elements differ (exact) (2 ambiguous rows left out)"
+    # the weights of an ambiguous token are left out too, the others still compared
+    other_weights = weights.clone()
+    other_weights[0] *= 1.01
+    assert compare(other_weights, weights, tolerance, rows).passed
+    other_weights[2] *= 1.01
+    verdict = compare(other_weights, weights, tolerance, rows)
+    assert not verdict.passed and verdict.worst_index[0] == 2  # the token's own index

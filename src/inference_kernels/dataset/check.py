@@ -8,12 +8,13 @@ engine outputs of captures whose captured inputs ship are verified the same way.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DatasetError, Problem
-from ..schema import CaptureRecord, Definition, SafetensorsInput, ScalarInput, Workload
+from ..schema import CaptureRecord, Definition, SafetensorsInput, ScalarInput, Task, Workload
 from . import blobs, constraints, receipts
 from .layout import Dataset
 from .shapes import dims
@@ -220,12 +221,39 @@ def _task_problems(dataset: Dataset) -> list[Problem]:
                 )
         if len(set(task.dev)) != len(task.dev):
             problems.append(Problem(file, "dev", "lists a uuid twice"))
+        problems += _ambiguity_problems(file, task, dataset.definitions[name])
         if task.baseline is not None:
             solution = dataset.solutions.get(task.baseline)
             if solution is None:
                 problems.append(Problem(file, "baseline", f"no solution named {task.baseline!r}"))
             elif solution.definition != name:
                 problems.append(Problem(file, "baseline", f"solves {solution.definition!r}"))
+    return problems
+
+
+def _ambiguity_problems(file: str, task: Task, definition: Definition) -> list[Problem]:
+    """The task's ambiguity names a function of the reference and outputs of the definition."""
+    ambiguity = task.tolerance.ambiguity
+    if ambiguity is None:
+        return []
+    problems = [
+        Problem(file, f"tolerance.ambiguity.outputs[{index}]", f"{name!r} is not an output")
+        for index, name in enumerate(ambiguity.outputs)
+        if name not in definition.outputs
+    ]
+    try:
+        tree = ast.parse(definition.reference)
+    except SyntaxError:
+        return problems  # the reference's own problem, reported with the definition
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    if ambiguity.function not in defined:
+        problems.append(
+            Problem(
+                file,
+                "tolerance.ambiguity.function",
+                f"{definition.name}'s reference defines no function {ambiguity.function!r}",
+            )
+        )
     return problems
 
 

@@ -25,7 +25,7 @@ from ..acceptance import compare
 from ..dataset.rooflines import work
 from ..errors import DatasetError
 from ..materialize.inputs import materialize
-from ..materialize.references import output_problems, run_reference
+from ..materialize.references import ambiguous_rows, output_problems, run_reference
 from . import clocks, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
@@ -111,6 +111,7 @@ class Workload:
     tolerance: schema.Tolerance
     timing: dict[str, int]
     fresh: Fresh | None = None
+    ambiguous: torch.Tensor | None = None  # rows left out (the task's ambiguity), pristine
 
 
 class Referee:
@@ -170,6 +171,11 @@ class Referee:
                 if isinstance(expected, str):
                     return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": expected}
                 self.cache.store(key, expected)
+            tolerance = schema.Tolerance.model_validate(message["tolerance"])
+            with self.busy.paused():
+                ambiguous = self._ambiguous(definition, tolerance, made.values, expected)
+            if isinstance(ambiguous, str):
+                return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": ambiguous}
         roofline = message.get("roofline")
         with watch.span("inputs"):  # the least work is counted on them
             least = _least_work(roofline, definition, workload, made.values) if roofline else None
@@ -178,8 +184,9 @@ class Referee:
             workload,
             made.values,
             expected,
-            schema.Tolerance.model_validate(message["tolerance"]),
+            tolerance,
             message["timing"],
+            ambiguous=ambiguous,
         )
         return {
             "ok": True,
@@ -198,13 +205,25 @@ class Referee:
         problems = output_problems(definition, workload, outputs, self.device)
         return "reference output: " + "; ".join(problems) if problems else outputs
 
+    @staticmethod
+    def _ambiguous(definition, tolerance, inputs, expected) -> torch.Tensor | None | str:
+        """The rows the task's ambiguity function leaves out on these inputs, or why not."""
+        try:
+            return ambiguous_rows(definition, tolerance, inputs, expected)
+        except Exception as error:
+            return f"the ambiguity function raised {type(error).__name__}: {error}"
+
     def _check(self, method: str, window: dict[int, int], produced, verdict) -> None:
         """Compare a timed call's outputs with the reference of the window it ran on."""
         job = self.current
-        expected = self._reference(job.definition, job.workload, job.fresh.inputs(window))
+        inputs = job.fresh.inputs(window)
+        expected = self._reference(job.definition, job.workload, inputs)
+        if not isinstance(expected, str):
+            ambiguous = self._ambiguous(job.definition, job.tolerance, inputs, expected)
+            expected = ambiguous if isinstance(ambiguous, str) else expected
         if isinstance(expected, str):
             raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {expected}")
-        self._compare(method, produced, expected, verdict)
+        self._compare(method, produced, expected, verdict, ambiguous)
 
     # ------------------------------------------------------------------ workers
 
@@ -295,10 +314,13 @@ class Referee:
         verdict["seconds"] = self.watch.rounded()
         return verdict
 
-    def _compare(self, method: str, produced: list[torch.Tensor], expected, verdict) -> None:
+    def _compare(self, method: str, produced, expected, verdict, ambiguous=None) -> None:
+        """Each output against its reference (``ambiguous``: the rows the task's ambiguity
+        leaves out of the outputs it names, on these inputs)."""
         job = self.current
+        named = job.tolerance.ambiguity.outputs if job.tolerance.ambiguity else []
         for name, value, wanted in zip(job.definition.outputs, produced, expected, strict=True):
-            result = compare(value, wanted, job.tolerance)
+            result = compare(value, wanted, job.tolerance, ambiguous if name in named else None)
             verdict["outputs"].setdefault(method, {})[name] = result.to_dict()
             if not result.passed:
                 status = {
@@ -324,7 +346,7 @@ class Referee:
                     statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count"
                 )
             produced = worker.read(checked.outputs, job.expected)
-            self._compare("call", produced, job.expected, verdict)
+            self._compare("call", produced, job.expected, verdict, job.ambiguous)
         changed = call.changed([{}], None)
         if changed:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")

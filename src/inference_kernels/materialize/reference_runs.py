@@ -24,7 +24,7 @@ from ..dtypes import dtype_name
 from ..errors import DatasetError
 from ..schema import CaptureRecord, Definition, Tolerance, Workload
 from .inputs import materialize
-from .references import output_problems, run_reference
+from .references import ambiguous_rows, output_problems, run_reference
 
 
 @dataclass
@@ -98,7 +98,10 @@ def run_case(
         if keep is not None and not run.problems:
             keep(outputs)
         if tolerance is not None and not run.problems:
-            _compare_with_engine(run, definition, workload, outputs, capture, data_root, tolerance)
+            ambiguous = ambiguous_rows(definition, tolerance, inputs.values, outputs)
+            _compare_with_engine(
+                run, definition, workload, outputs, capture, data_root, tolerance, ambiguous
+            )
     except DatasetError as error:
         run.status, run.problems = "input_error", [str(error)]
     except Exception as error:  # a reference that raises is a failed case, not a crash
@@ -123,6 +126,7 @@ def _compare_with_engine(
     capture: CaptureRecord | None,
     data_root: Path,
     tolerance: Tolerance,
+    ambiguous: torch.Tensor | None,
 ) -> None:
     descriptors = engine_outputs(definition, capture)
     if descriptors is None:
@@ -133,7 +137,9 @@ def _compare_with_engine(
         return
     for entry, name, value in zip(run.outputs, definition.outputs, outputs, strict=True):
         engine = load_engine_output(definition, workload, name, descriptors[name], data_root)
-        verdict = compare(engine.to(value.device), value, tolerance)
+        named = tolerance.ambiguity.outputs if tolerance.ambiguity else []
+        rows = ambiguous if name in named else None
+        verdict = compare(engine.to(value.device), value, tolerance, rows)
         entry.update({k: v for k, v in verdict.to_dict().items() if k != "status"})
         entry["status"] = verdict.status
         if not verdict.passed:

@@ -17,16 +17,20 @@ from ..dataset.shapes import declared_shape
 from ..dataset.signature import signature_problem
 from ..dtypes import dtype_name, torch_dtype
 from ..errors import DatasetError
-from ..schema import Definition, Workload
+from ..schema import Definition, Tolerance, Workload
 
 
-def compile_reference(definition: Definition) -> Callable[..., Any]:
+def compile_reference(definition: Definition, function: str = "run") -> Callable[..., Any]:
+    """The reference's ``run`` (or another function of its source, such as an ambiguity
+    function a task names)."""
     problem = signature_problem(definition)
     if problem:
         raise DatasetError(definition.name, "reference", problem)
     namespace: dict[str, Any] = {"__name__": f"reference_{definition.name}"}
     exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
-    return namespace["run"]
+    if not callable(namespace.get(function)):
+        raise DatasetError(definition.name, "reference", f"defines no function {function!r}")
+    return namespace[function]
 
 
 @contextlib.contextmanager
@@ -79,3 +83,33 @@ def run_reference(definition: Definition, inputs: list[Any]) -> list[Any]:
     function = compile_reference(definition)
     with full_fp32(), torch.no_grad():
         return as_output_list(function(*inputs), definition)
+
+
+def ambiguous_rows(
+    definition: Definition, tolerance: Tolerance, inputs: list[Any], outputs: list[Any]
+) -> torch.Tensor | None:
+    """The rows the task's ambiguity function marks on these inputs (None when the task
+    has none), checked: one bool per row of each output it names."""
+    ambiguity = tolerance.ambiguity
+    if ambiguity is None:
+        return None
+    function = compile_reference(definition, ambiguity.function)
+    with full_fp32(), torch.no_grad():
+        rows = function(*inputs, atol=tolerance.atol, rtol=tolerance.rtol)
+    names = list(definition.outputs)
+    for name in ambiguity.outputs:
+        output = outputs[names.index(name)]
+        if not (
+            isinstance(rows, torch.Tensor)
+            and rows.dtype == torch.bool
+            and rows.dim() == 1
+            and output.dim() >= 1
+            and rows.shape[0] == output.shape[0]
+            and rows.device == output.device
+        ):
+            raise DatasetError(
+                definition.name,
+                f"reference {ambiguity.function}",
+                f"must return one bool per row of {name} on its device",
+            )
+    return rows
