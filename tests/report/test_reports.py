@@ -243,6 +243,34 @@ def test_times_of_different_regimes_are_not_compared_and_pick_no_preferred():
     assert comparison(same, None, {"d": "base"})[0]["verdict"] == "faster"
 
 
+def on_gpu(uuid):
+    device = {"device": "cuda:0", "nvidia_smi": {"uuid": uuid}}
+    return {"type": "environment", "started_at": "t", "devices": [device], "versions": {}}
+
+
+def test_times_of_different_gpus_are_not_compared_and_pick_no_preferred(tmp_path):
+    # One results file per GPU, as two sessions on two lent H200s make them: every case
+    # row takes its GPU from the environment row before it that names its device.
+    base = [on_gpu("GPU-a")] + [{**case("base", u, graph=10.0), "device": "cuda:0"} for u in "xy"]
+    fast = [on_gpu("GPU-b")] + [{**case("fast", u, graph=5.0), "device": "cuda:0"} for u in "xy"]
+    (entry,) = comparison(base + fast, None, {"d": "base"})
+    assert entry["verdict"] == "not comparable: timed on different GPUs"
+    assert entry["speedup"] == pytest.approx(2.0)  # still shown, with the reason
+    picked = preferred(base + fast, {"d": "base"})
+    assert picked["definitions"] == [] and "different GPUs" in picked["undecided"][0]["reason"]
+    # the same two runs on one GPU are compared; a row without a GPU (CPU) pairs with any
+    same = base + [on_gpu("GPU-a")] + fast[1:]
+    assert comparison(same, None, {"d": "base"})[0]["verdict"] == "faster"
+    unknown = base + [case("fast", u, graph=5.0) for u in "xy"]
+    assert comparison(unknown, None, {"d": "base"})[0]["verdict"] == "faster"
+    # the CLI says so in its table
+    for name, rows in (("new", fast), ("old", base)):
+        (tmp_path / f"{name}.jsonl").write_text(signed(rows))
+    files = [str(tmp_path / "new.jsonl"), str(tmp_path / "old.jsonl")]
+    shown = CliRunner().invoke(app, ["compare", *files, "--solution", "fast", "--against", "base"])
+    assert "GPUs differ" in shown.output, shown.output
+
+
 def test_a_difference_within_the_run_to_run_floor_is_not_significant():
     def verdict_of(new, cpu):
         rows = [case("base", u, eager=10.0, cpu=cpu) for u in ("w1", "w2")]

@@ -6,8 +6,8 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from ..schema import Hardware
-from ..stats import REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
-from .rows import case_rows, case_samples, case_time, geomean, indicative, regime
+from ..stats import GPUS_DIFFER, REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
+from .rows import case_rows, case_samples, case_time, geomean, gpus_of_cases, indicative, regime
 from .sol import fractions
 
 
@@ -16,15 +16,16 @@ class Timed(NamedTuple):
     method: str
     samples: list[float]
     regime: str
+    gpu: str | None = None  # UUID
 
 
 def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Timed]]:
     """(definition, solution) -> {uuid: its time} over passed cases (the last row wins)."""
     times: dict[tuple[str, str], dict[str, Timed]] = defaultdict(dict)
-    for row in case_rows(rows):
+    for row, gpu in gpus_of_cases(rows):
         measured = case_time(row)
         if measured:
-            timed = Timed(measured[0], measured[1], case_samples(row), regime(row))
+            timed = Timed(measured[0], measured[1], case_samples(row), regime(row), gpu)
             times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
 
@@ -32,13 +33,14 @@ def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
 def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str, Any]:
     """Paired speedup (their time / mine) over the workloads both timed: geometric mean,
     range, how many faster, the 95% interval and its verdict (none across regimes: a
-    sustained and a burst time differ by the clock, not the code); CPU wall-clock pairs
-    are marked indicative."""
+    sustained and a burst time differ by the clock, not the code; none across GPUs: two
+    H200s gave one kernel times 20% apart); CPU wall-clock pairs are marked indicative."""
     shared = [u for u in mine if u in theirs]
     ratios = [theirs[u].us / mine[u].us for u in shared]
     bounds = paired_speedup([(theirs[u].samples, mine[u].samples) for u in shared])
     methods = {t.method for u in shared for t in (mine[u], theirs[u])}
     regimes = {t.regime for u in shared for t in (mine[u], theirs[u])}
+    gpus = {t.gpu for u in shared for t in (mine[u], theirs[u]) if t.gpu}
     floor = RUN_TO_RUN["cpu" if any(indicative(m) for m in methods) else "cuda"]
     judged = verdict(bounds[1], bounds[2], floor) if bounds else None
     return {
@@ -48,7 +50,7 @@ def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str,
         "max": max(ratios) if ratios else None,
         "faster": sum(r > 1 for r in ratios),
         "interval": [bounds[1], bounds[2]] if bounds else None,
-        "verdict": REGIMES_DIFFER if len(regimes) > 1 else judged,
+        "verdict": REGIMES_DIFFER if len(regimes) > 1 else GPUS_DIFFER if len(gpus) > 1 else judged,
         "indicative": any(indicative(m) for m in methods),
         "regime": ", ".join(sorted(regimes)),
     }

@@ -68,6 +68,21 @@ def case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if row.get("type") == "case"]
 
 
+def gpus_of_cases(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+    """Each case row with the UUID of the GPU it ran on (from the environment row before it
+    that names its device; None on the CPU or where no row says)."""
+    devices: dict[str, str | None] = {}
+    cases = []
+    for row in rows:
+        if row.get("type") == "environment":
+            for entry in row.get("devices") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("device"), str):
+                    devices[entry["device"]] = (entry.get("nvidia_smi") or {}).get("uuid")
+        elif row.get("type") == "case":
+            cases.append((row, devices.get(row.get("device"))))
+    return cases
+
+
 def _phase(row: dict[str, Any]) -> dict[str, Any] | None:
     """The timing entry that stands for a passed case (TIME_PREFERENCE), or None."""
     if row.get("status") != PASSED:
