@@ -203,3 +203,44 @@ def test_stand_in_labels_survive_the_blob_store(bundled, tmp_path, uuid_index):
     assert all(d.type != "random" for d in exported.workloads[name][0].inputs.values())
     for a, b in zip(again.values, original.values, strict=True):
         assert torch.equal(a, b)
+
+
+def test_expert_weights_are_the_models_made_once_and_kept_per_definition(bundled):
+    # The grouped GEMMs' experts (2.3-4.8 GB) are model parameters: every workload of a
+    # definition gets the same ones, generated once per process (the audit regenerated them
+    # for each of 104 workloads); activations and expert ids stay the workload's own. A small
+    # copy of the definition (E 4, N 64, K 64) keeps the test light.
+    from inference_kernels.materialize.standins import context
+
+    real = bundled.definitions["grouped_gemm_fp8_fp4_e384_n4608_k5120_g32"]
+    axes = {**real.axes}
+    for axis, value in {"E": 4, "N": 64, "K": 64, "K_packed": 32, "K_groups": 2}.items():
+        axes[axis] = axes[axis].model_copy(update={"value": value})
+    small = real.model_copy(update={"axes": axes})
+    ordered = sorted(bundled.workloads[real.name], key=lambda w: w.axes["M"])
+    first, second = ordered[0], ordered[-1]
+    assert first.axes["M"] < second.axes["M"]
+    a, b = (made(bundled, small, w) for w in (first, second))
+    weights = {name: a.names.index(name) for name in ("Wq_packed", "scale_W")}
+    for name, index in weights.items():
+        assert a.values[index].data_ptr() == b.values[index].data_ptr(), name  # kept
+        assert a.values[index].shape == (4, 64, 32 if name == "Wq_packed" else 2)
+    assert a.values[a.names.index("Aq")].shape[0] != b.values[b.names.index("Aq")].shape[0]
+    kept = a.values[weights["Wq_packed"]].clone()
+    owner = context._PARAMETERS["definition"]
+    # another definition's weights replace them (one definition kept at a time) ...
+    other = bundled.definitions["grouped_gemm_fp8_fp4_e384_n5120_k2304_g32"]
+    axes = {**other.axes}
+    for axis, value in {"E": 4, "N": 32, "K": 64, "K_packed": 32, "K_groups": 2}.items():
+        axes[axis] = axes[axis].model_copy(update={"value": value})
+    made(bundled, other.model_copy(update={"axes": axes}), bundled.workloads[other.name][0])
+    assert context._PARAMETERS["definition"] != owner
+    assert not any(key[0] == owner for key in context._PARAMETERS if isinstance(key, tuple))
+    # ... and coming back makes the same bytes again: they are the definition's
+    again = made(bundled, small, second)
+    assert torch.equal(again.values[weights["Wq_packed"]], kept)
+    # one device copy per parameter, kept with it (the meta device stands in for CUDA)
+    meta = torch.device("meta")
+    weight = again.values[weights["Wq_packed"]]
+    assert context.parameter_on(weight, meta) is context.parameter_on(weight, meta)
+    assert context.parameter_on(weight.clone(), meta) is not context.parameter_on(weight, meta)

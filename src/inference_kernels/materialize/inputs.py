@@ -74,6 +74,7 @@ def materialize(
             value, origin = generated[name], STANDIN
             if isinstance(value, torch.Tensor):
                 verify_tensor(definition, workload, name, value, f"stand-in {result.generator}")
+                value = standins.parameter_on(value, torch.device(device))
         if isinstance(value, torch.Tensor):
             value = value.to(device)
         result.names.append(name)

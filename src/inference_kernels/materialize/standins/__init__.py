@@ -1,8 +1,9 @@
 """Deterministic, constraint-honouring stand-in inputs, one generator per definition family.
 
 ``generate`` returns every input of a workload, generated on the CPU from streams
-seeded by the workload uuid and the input name; the caller keeps those whose
-descriptor is ``random``. Every result that uses them is labelled a stand-in.
+seeded by the workload uuid and the input name (a model parameter's: by the definition);
+the caller keeps those whose descriptor is ``random``. Every result that uses them is
+labelled a stand-in.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable
 
 from ...schema import CaptureRecord, Definition, Workload
 from . import dense, gdn, generic, mla, moe, qsa
-from .context import StandinContext
+from .context import StandinContext, parameter_on
 from .streams import STANDIN_VERSION
 
 Generator = Callable[[StandinContext], dict[str, object]]
@@ -49,4 +50,4 @@ def generate(
     return label, function(StandinContext(definition, workload, capture))
 
 
-__all__ = ["STANDIN_VERSION", "generate", "generator_for"]
+__all__ = ["STANDIN_VERSION", "generate", "generator_for", "parameter_on"]

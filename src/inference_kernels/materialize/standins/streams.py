@@ -2,8 +2,11 @@
 
 Every input of every workload has its own stream, seeded by sha256 of the workload
 uuid and the input name, so a tensor does not change when another input's generator
-changes. Values are drawn on the CPU with numpy's PCG64 and only then moved, so a
-stand-in is byte-identical on every device.
+changes. A model parameter (``Streams.model``: the grouped GEMM's expert weights) has one
+stream per definition instead: every workload of the definition gets the same weights, as
+every call of one model layer does, and a process generates them once
+(``StandinContext.parameter``). Values are drawn on the CPU with numpy's PCG64 and only
+then moved, so a stand-in is byte-identical on every device.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from functools import cached_property
 import numpy as np
 import torch
 
-STANDIN_VERSION = "1"  # bump when any generator's output changes
+STANDIN_VERSION = "2"  # bump when any generator's output changes
 CHUNK = 1 << 22  # elements per independently seeded chunk of a large tensor
 _THREADS = min(16, os.cpu_count() or 1)
 
@@ -73,6 +76,17 @@ class Stream:
         self._fill(out.size, draw)
         return torch.from_numpy(out).reshape(shape)
 
+    def integers(self, low: int, high: int, shape) -> torch.Tensor:
+        """Uniform integers in [low, high) as uint8 (scale bytes), drawn in chunks."""
+        shape = tuple(shape)
+        out = np.empty(int(np.prod(shape, dtype=np.int64)), dtype=np.uint8)
+
+        def draw(g: np.random.Generator, start: int, stop: int) -> None:
+            out[start:stop] = g.integers(low, high, size=stop - start, dtype=np.uint8)
+
+        self._fill(out.size, draw)
+        return torch.from_numpy(out).reshape(shape)
+
     def unit_vectors(self, shape, dtype: torch.dtype) -> torch.Tensor:
         """Vectors of L2 norm 1 along the last dimension (post-L2-normalization Q/K)."""
         values = self.normal(shape, torch.float32)
@@ -80,14 +94,24 @@ class Stream:
 
 
 class Streams:
-    """``streams("Q")`` is the stream of input Q of this workload."""
+    """``streams("Q")`` is the stream of input Q of this workload; ``streams.model("W")``
+    that of a model parameter, one for every workload of the definition (``owner``), as a
+    model's weights are the same in every call."""
 
-    def __init__(self, uuid: str):
+    def __init__(self, uuid: str, owner: str = ""):
         self.uuid = uuid
+        self.owner = owner
 
     def __call__(self, name: str) -> Stream:
-        text = f"inference-kernels/{STANDIN_VERSION}/{self.uuid}/{name}"
-        return Stream(hashlib.sha256(text.encode()).digest()[:16])
+        return _stream(f"{self.uuid}/{name}")
+
+    def model(self, name: str) -> Stream:
+        return _stream(f"model/{self.owner}/{name}")
+
+
+def _stream(key: str) -> Stream:
+    text = f"inference-kernels/{STANDIN_VERSION}/{key}"
+    return Stream(hashlib.sha256(text.encode()).digest()[:16])
 
 
 # ----------------------------------------------------------------------------- formats
