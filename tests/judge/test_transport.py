@@ -253,6 +253,34 @@ def test_timing_sets_on_a_large_gpu_stay_within_the_cap(monkeypatch, solutions, 
     assert fit == referee.SETS_BUDGET_CUDA_MAX // solutions // (10 << 20) == sets  # not 3,000
 
 
+def test_weights_that_would_outgrow_the_arena_are_shared_by_the_sets(monkeypatch):
+    # The grouped GEMM: 4.5 GB of expert weights (int8) and 0.3 GB of their scales, small
+    # activations. Unshared, the 16 GiB budget holds three sets; beside the call's inputs
+    # (4.8 GB of the arena already lent) they outgrew the arena and the worker was replaced
+    # before every next case. Shared, the 11.4 GiB left in the arena hold 64 sets.
+    from types import SimpleNamespace
+
+    from inference_kernels.judge import referee
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100 << 30, 141 << 30))
+    weights = torch.empty(4_800_000_000, dtype=torch.int8, device="meta")  # no memory
+    activations = torch.empty(100_000_000, dtype=torch.float8_e4m3fn, device="meta")
+    job = SimpleNamespace(
+        pristine=[weights, activations],
+        expected=[torch.empty(50_000_000, dtype=torch.bfloat16, device="meta")],
+        timing={"warmup": 10},
+    )
+    fake = SimpleNamespace(device=torch.device("cuda"), current=job, share=1)
+    room = (16 << 30) - 4_900_000_000  # the arena, less the call's inputs
+    worker = SimpleNamespace(pooled=lambda idle_only=False: room if idle_only else 16 << 30)
+    fit, share = referee.Referee._fit(fake, worker)
+    assert share and fit == (room - 4_800_000_000) // 100_000_000 - 10 == 64
+    # a float-only workload keeps its own sets, as before: within the arena when it can
+    job.pristine = [activations]
+    fit, share = referee.Referee._fit(fake, worker)
+    assert not share and fit == room // 100_000_000 - 10
+
+
 def test_a_worker_holding_more_than_its_jobs_share_is_replaced():
     # A worker kept from a job of one solution (a 16 GiB arena) is retired when the next
     # job has four: each of their workers may hold 4 GiB, so that all together hold 16.
