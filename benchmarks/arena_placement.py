@@ -21,6 +21,7 @@ import time
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from replays import replay_us
 
 from inference_kernels.judge import clocks, cuda_ipc
 
@@ -82,18 +83,15 @@ def timed(call, read) -> dict:
     while time.perf_counter() - begin < LOAD_SECONDS:
         graph.replay()
         torch.cuda.synchronize()
-    times, mhz, watts = [], [], []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / CALLS)
-        reading = read() if read else None
-        if reading:
-            mhz.append(reading.sm_mhz)
-            watts.append(reading.power_w)
+    mhz, watts = [], []
+
+    def reading() -> None:
+        found = read() if read else None
+        if found:
+            mhz.append(found.sm_mhz)
+            watts.append(found.power_w)
+
+    times = replay_us(graph, CALLS, REPLAYS, reading)
     return {
         "us": round(statistics.median(times), 2),
         "sm_mhz": statistics.median(mhz) if mhz else None,

@@ -166,6 +166,7 @@ def plain(name: str, calls: int, judge_calls: int | None = None) -> dict:
     import statistics
 
     import torch
+    from replays import replay_us
 
     run, values = _baseline(name)
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
@@ -200,15 +201,7 @@ def plain(name: str, calls: int, judge_calls: int | None = None) -> dict:
                 outputs = run(*pick(i))
                 if label == "distinct":
                     kept.append(outputs)
-        times = []
-        for _ in range(15):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e3 / count)
-        found[label + "_us"] = round(statistics.median(times), 3)
+        found[label + "_us"] = round(statistics.median(replay_us(graph, count, 15)), 3)
         found[label + "_calls"] = count
         del graph, kept
         torch.cuda.empty_cache()

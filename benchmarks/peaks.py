@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
+from replays import replay_us
 
 REPLAYS = 7
 
@@ -49,15 +50,7 @@ def _best_seconds(work: Callable[[], object], repeat: int, device: torch.device)
             work()
     graph.replay()  # warm
     torch.cuda.synchronize(device)
-    times = []
-    for _ in range(REPLAYS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / repeat)
-    return min(times)
+    return min(replay_us(graph, repeat, REPLAYS)) / 1e6
 
 
 def bf16_tflops(n: int, device: torch.device) -> float:
