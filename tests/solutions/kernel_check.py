@@ -4,7 +4,14 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14]
+
+``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
+GEMMs.
+
+``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
+those var axes replaced (stand-in inputs), for definitions whose workloads are all too
+large for the interpreter.
 """
 
 from __future__ import annotations
@@ -65,6 +72,28 @@ def sparse_mla_edges(definition) -> list:
     return [Q, KV, indices, lengths, sink, 512**-0.5]
 
 
+def grouped_gemm_shapes() -> list[list]:
+    """Small hand-made grouped GEMMs (the definition's reference takes any E, N, K): rows of
+    several experts in one row tile, rows of one expert across tiles, an expert between
+    two others with no rows, and the smallest K of one step."""
+    g = torch.Generator().manual_seed(0)
+    found = []
+    for rows, experts, width, depth in ((20, 4, 128, 256), (5, 6, 128, 128), (70, 3, 256, 256)):
+        Aq = torch.randn(rows, depth, generator=g).to(torch.float8_e4m3fn)
+        scale_a = torch.randint(120, 130, (rows, depth // 32), generator=g, dtype=torch.int32)
+        packed = torch.randint(0, 256, (experts, width, depth // 2), generator=g, dtype=torch.int32)
+        scale_w = torch.randint(
+            119, 123, (experts, width, depth // 32), generator=g, dtype=torch.int32
+        )
+        expert_id = torch.sort(
+            torch.randint(0, experts, (rows,), generator=g, dtype=torch.int32)
+        ).values
+        expert_id[0] = 0
+        as_int8 = [x.to(torch.uint8).view(torch.int8) for x in (packed, scale_a, scale_w)]
+        found.append([Aq, as_int8[0], as_int8[1], as_int8[2], expert_id])
+    return found
+
+
 def main() -> None:
     name, wrong = sys.argv[1], "--wrong-scale" in sys.argv
     solution = DATASET_INDEX.solutions[name]
@@ -75,9 +104,17 @@ def main() -> None:
         workloads = [w for w in DATASET_INDEX.workloads[solution.definition] if w.uuid == uuid]
     tolerance = DATASET_INDEX.tasks[solution.definition].tolerance
     if "--edges" in sys.argv:
-        inputs = sparse_mla_edges(definition)
-        print(json.dumps([{"verdicts": verdicts(entry, definition, inputs, tolerance)}]))
+        if definition.op_type == "grouped_gemm":
+            shapes = grouped_gemm_shapes()
+        else:
+            shapes = [sparse_mla_edges(definition)]
+        found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]
+        print(json.dumps(found))
         return
+    if "--axes" in sys.argv:  # e.g. T=13,Y=12,X=14: the smallest workload, resized
+        given = dict(a.split("=") for a in sys.argv[sys.argv.index("--axes") + 1].split(","))
+        axes = {**workloads[0].axes, **{k: int(v) for k, v in given.items()}}
+        workloads = [workloads[0].model_copy(update={"axes": axes})]
     if "--smallest" in sys.argv:  # the interpreter would take minutes on the next one
         workloads = workloads[:1]
     found = []

@@ -1,7 +1,8 @@
 """Our own kernels in dataset/solutions (Triton; issue 14), checked on the CPU through
 Triton's interpreter (``TRITON_INTERPRET=1``, in a process of its own: kernel_check.py):
-on each definition's smallest workload and its next-smallest dev one (stand-in inputs)
-each output passes the task's acceptance check against the FP32 reference and the inputs
+on each definition's smallest workload and its next-smallest dev one (stand-in inputs), or
+on a fabricated smaller one where even the smallest is too large for it (FABRICATED), each
+output passes the task's acceptance check against the FP32 reference and the inputs
 stay byte-identical; a kernel that is off (a wrong scale) fails the same check. Their
 speed, and every dev workload, are the H200's business (``run --device cuda``): the
 interpreter says nothing of either."""
@@ -19,11 +20,31 @@ from test_baselines import DATASET_INDEX
 
 HERE = Path(__file__).resolve().parent
 KERNELS = sorted(s.name for s in DATASET_INDEX.solutions.values() if s.spec.language == "triton")
-# Checked on the smallest workload only (and on hand-made edges, below): the interpreter
-# took 3 minutes on the next one of k640 (448 tokens of 640 keys each), 35 s on k128's.
+# Checked on the smallest workload only (and on hand-made inputs, below): the interpreter
+# took 35 s on k128's next one.
 SMALLEST_ONLY = {
     "triton_sparse_mla_prefill_h64_d512_k128",
-    "triton_sparse_mla_prefill_h64_d512_k640",
+    "triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32",  # 40 s (4.5 GB of experts)
+}
+# The same source as a kernel checked here, with other constants: not run again (the
+# interpreter took 80 s on the smallest n4608 k5120 workload).
+SAME_SOURCE = {
+    "triton_grouped_gemm_fp8_fp4_e384_n4608_k5120_g32": (
+        "triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32"
+    ),
+}
+# Checked on one fabricated workload only (the smallest with these axes, stand-in inputs):
+# the interpreter took 74 s on the smallest 3x7x7 neighborhood attention (H 32, T 9, Y 10,
+# X 16), the 11x11x11 one (T 49, Y 80, X 128) would take hours. Each axis a little past the
+# window (windows clamped at both ends), the last box of queries partly outside X (and T,
+# Y where that stays under a minute), key boxes longer than T (6 and 14 frames).
+FABRICATED = {
+    "triton_neighborhood_attention_3d_h16_d64_kt3_ky7_kx7": {"B": 1, "T": 5, "Y": 10, "X": 13},
+    "triton_neighborhood_attention_3d_h32_d64_kt3_ky7_kx7": {"B": 1, "T": 4, "Y": 10, "X": 13},
+    "triton_neighborhood_attention_3d_h4_d64_kt11_ky11_kx11": {"B": 1, "T": 12, "Y": 12, "X": 13},
+    "triton_neighborhood_attention_3d_h8_d64_kt3_ky5_kx5": {"B": 1, "T": 5, "Y": 9, "X": 11},
+    # 24 of the smallest workload's 128 tokens, each with its 640 keys (43 s for all 128)
+    "triton_sparse_mla_prefill_h64_d512_k640": {"M": 24},
 }
 
 
@@ -51,8 +72,17 @@ def test_kernel_matches_the_reference_in_the_interpreter(name):
     solution = DATASET_INDEX.solutions[name]
     assert solution.spec.destination_passing_style
     assert "cpu" not in solution.spec.target_hardware  # not judged on the CPU by default
-    found = _checked(name, *(["--smallest"] if name in SMALLEST_ONLY else []))
-    assert len(found) == (1 if name in SMALLEST_ONLY else 2), found  # and the next dev one
+    if name in SAME_SOURCE:
+        other = DATASET_INDEX.solutions[SAME_SOURCE[name]]
+        assert solution.sources == other.sources and other.name in KERNELS
+        return
+    if name in FABRICATED:
+        axes = FABRICATED[name]
+        found = _checked(name, "--axes", ",".join(f"{k}={v}" for k, v in axes.items()))
+        assert len(found) == 1 and axes.items() <= found[0]["axes"].items(), found
+    else:
+        found = _checked(name, *(["--smallest"] if name in SMALLEST_ONLY else []))
+        assert len(found) == (1 if name in SMALLEST_ONLY else 2), found  # and the next dev one
     for case in found:
         assert all(case["verdicts"]) and case["inputs_unchanged"], (name, case)
 
@@ -65,6 +95,18 @@ def test_the_routers_tensor_core_path():
         "7414061c-d565-5448-9e7a-78d5b1ebfdb4",
     )
     assert case["axes"] == {"M": 128}
+    assert all(case["verdicts"]) and case["inputs_unchanged"], case
+
+
+def test_the_chunked_gdn_carries_the_state_across_chunks():
+    # The smallest workloads fit in one chunk of 64 tokens; these 239 tokens (sequences of
+    # 58, 91 and 90) carry the state from chunk to chunk and end in partial chunks.
+    (case,) = _checked(
+        "triton_chunked_gdn_prefill_qk4_v8_d128_k_last",
+        "--uuid",
+        "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
+    )
+    assert case["axes"] == {"total_seq_len": 239, "num_seqs": 3, "len_cu_seqlens": 4}
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
 
 
@@ -81,3 +123,11 @@ def test_sparse_mla_edges(name):
     # the stand-ins rarely reach.
     (case,) = _checked(name, "--edges")
     assert case["verdicts"] == [True], case
+
+
+def test_grouped_gemm_small_shapes():
+    # Rows of several experts in one tile and of one expert across tiles, an expert with no
+    # rows between two others (a kernel that stores every row of the tile for each expert,
+    # swaps the nibbles or misreads a scale fails these).
+    found = _checked("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
+    assert [case["verdicts"] for case in found] == [[True]] * 3, found
