@@ -4,7 +4,8 @@
 # and the dev workloads. STEPS picks steps (exploits,fidelity,ncu,run_to_run,replay,first,
 # dev, languages, kernels; ncu and run_to_run are issue 11's agreement with Nsight Compute
 # and run-to-run spread; languages builds and judges a CUDA solution, issue 12; kernels
-# judges our own Triton kernels beside their baselines on the dev workloads, issue 14);
+# judges our own Triton kernels beside their baselines on the dev workloads, issue 14;
+# KERNELS=REGEX picks their definitions, e.g. KERNELS='sparse_mla|qsa');
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
 # Setup (wheels and bwrap from .whl/): scripts/gpu_setup.sh.
@@ -32,10 +33,12 @@ if [[ $STEPS == *run_to_run* ]]; then
 fi
 if [[ $STEPS == *kernels* ]]; then
   mapfile -t picked < <(python3 -c "
-import json, pathlib
+import json, os, pathlib, re
 kernels = (json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json'))
+wanted = re.compile(os.environ.get('KERNELS', '.'))
 for name in sorted({s['definition'] for s in kernels if s['spec']['language'] != 'python'}):
-    print('-d'); print(name)")
+    if wanted.search(name):
+        print('-d'); print(name)")
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
     "${picked[@]}" --report "$OUT/kernels.jsonl" --cache .cache/ik --overwrite > "$OUT/kernels.log" 2>&1
   echo "kernels run exit $?"
