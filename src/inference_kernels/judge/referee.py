@@ -218,11 +218,11 @@ class Referee:
         job = self.current
         inputs = job.fresh.inputs(window)
         expected = self._reference(job.definition, job.workload, inputs)
-        if not isinstance(expected, str):
-            ambiguous = self._ambiguous(job.definition, job.tolerance, inputs, expected)
-            expected = ambiguous if isinstance(ambiguous, str) else expected
         if isinstance(expected, str):
             raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {expected}")
+        ambiguous = self._ambiguous(job.definition, job.tolerance, inputs, expected)
+        if isinstance(ambiguous, str):
+            raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {ambiguous}")
         self._compare(method, produced, expected, verdict, ambiguous)
 
     # ------------------------------------------------------------------ workers
@@ -376,13 +376,14 @@ class Referee:
         # replaced before the next case (4 s on the H200). With the integers shared when only
         # that fits: the grouped GEMMs' 4.8 GB of expert weights, in three sets, outgrew it
         # every case; shared, about sixty sets of activations fit.
-        for shared, per in ((False, whole), (True, floats)):
-            if self.device.type != "cuda" or per == 0:
-                break
-            inside = (room - (whole - per) - job.timing["warmup"] * per) // per
-            if inside >= max(2, fit // 2):
-                fit, share = inside, shared
-                break
+        if self.device.type == "cuda":
+            for shared, per in ((False, whole), (True, floats)):
+                if per == 0:  # no tensor inputs, or (shared) only integer ones
+                    break
+                inside = (room - (whole - per) - job.timing["warmup"] * per) // per
+                if inside >= max(2, fit // 2):
+                    fit, share = inside, shared
+                    break
         return max(1, min(MAX_SETS, fit, calls)), share
 
     def _sets(
