@@ -7,8 +7,9 @@ rest (0.2-1 s) so that its samples started from the clocks of sustained work: on
 H200 that load was a third of an audit's time (docs/measurements/case-breakdown.md).
 Instead the referee keeps the device loaded in the background through that second, and
 stops the load at the case's first call, which the solution runs alone; its samples then
-follow a load only as long as that call. The device hardly rests, which is the state the
-sustained regime names (a busy server), and nothing of the solution runs beside the load.
+follow a short load (0.05 s when that call was shorter, else 0.3 s: referee.steady_seconds).
+The device hardly rests, which is the state the sustained regime names (a busy server),
+and nothing of the solution runs beside the load.
 
 The load is a chain of bf16 matrix products on a stream of its own, from a thread of the
 referee's (the solution's worker is another process: it cannot see or stop it). Each
@@ -44,7 +45,7 @@ class Busy:
     @property
     def running(self) -> bool:
         """Whether the load runs now: a load whose thread died (its work raised) does not,
-        so the referee falls back on a load as long as the device rested."""
+        so the referee counts the device as resting since the last samples."""
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:

@@ -44,10 +44,16 @@ from .workers import CaseEnded, WorkerHandle, start_or_fail
 # solution can skip it to be timed on a cooler chip.
 PREHEAT_SECONDS = 10.0
 # Between cases the device is kept busy in the background (busy.py) until the case's first
-# call, which the solution runs alone. Its samples then follow a load as long as the device
-# rested since (the call), between these bounds, so that every case starts from the clocks
-# of sustained work.
-STEADY_SECONDS = 1.0
+# call, which the solution runs alone. Its samples then follow a load, so that every case
+# starts from the clocks of sustained work: STEADY_MIN_SECONDS when that call hardly let the
+# device rest, else STEADY_SECONDS whatever the rest. A load as long as the rest missed that
+# state both ways on the H200 (benchmarks/rest_recovery.py, docs/measurements/h200-regimes.md,
+# ninth session): after 1 s of rest, 0.05 s of load left the SM clock at 1,950-1,980 MHz and
+# a GEMM 1-3% faster than on the busy device (the clock falls only after 0.18 s of load),
+# and 1 s of load overshot into the power cap's dip (1,185-1,440 MHz, up to 3% slower);
+# 0.1-0.5 s gave the busy device's time. First calls take 0.1-1.2 s on a new worker (cuDNN
+# plans, a Triton compile longer), so the old rule gave cases of one job different states.
+STEADY_SECONDS = 0.3
 STEADY_MIN_SECONDS = 0.05
 # The burst regime (``--regime burst``) has no load: each case's samples start after this
 # rest, as published micro-benchmarks and ncu's one-kernel-at-a-time times do.
@@ -92,12 +98,12 @@ def sets_budget_cuda(free: int, share: int = 1) -> int:
 
 
 def steady_seconds(rested_since: float | None, now: float) -> float:
-    """The load before a case's samples in the sustained regime: as long as the device
-    rested, within STEADY_MIN_SECONDS and STEADY_SECONDS (the whole of it when nothing
-    was timed or loaded in this lane yet)."""
-    if rested_since is None:
-        return STEADY_SECONDS
-    return min(STEADY_SECONDS, max(STEADY_MIN_SECONDS, now - rested_since))
+    """The load before a case's samples in the sustained regime: STEADY_MIN_SECONDS when
+    the device rested less than that since the background load stopped, else (or when
+    nothing was timed or loaded in this lane yet) STEADY_SECONDS."""
+    if rested_since is not None and now - rested_since < STEADY_MIN_SECONDS:
+        return STEADY_MIN_SECONDS
+    return STEADY_SECONDS
 
 
 @dataclass
