@@ -2,9 +2,11 @@
 # On a CUDA machine: the CUDA exploits, the timing-fidelity benchmark, the replay of the
 # captured (MiniLM) workloads on CUDA, then the baseline solutions judged on the smallest
 # and the dev workloads. STEPS picks steps (exploits,fidelity,ncu,run_to_run,replay,first,
-# dev, languages, kernels; ncu and run_to_run are issue 11's agreement with Nsight Compute
-# and run-to-run spread; languages builds and judges a CUDA solution, issue 12; kernels
-# judges our own Triton kernels beside their baselines on the dev workloads, issue 14;
+# dev, languages, kernels, eager_graph, rest; ncu, run_to_run, eager_graph and rest are
+# issue 11's agreement with Nsight Compute, run-to-run spread, eager against graph where
+# launch cost is nil, and the load a case needs after a rest; languages builds and judges
+# a CUDA solution, issue 12; kernels judges our own Triton kernels beside their baselines
+# on the dev workloads, issue 14;
 # KERNELS=REGEX picks their definitions, e.g. KERNELS='sparse_mla|qsa');
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
@@ -28,8 +30,17 @@ fi
 if [[ $STEPS == *ncu* ]]; then
   timeout 400 python3 benchmarks/ncu_agreement.py > "$OUT/ncu_agreement.json" 2> "$OUT/ncu_agreement.log"
 fi
-if [[ $STEPS == *run_to_run* ]]; then
-  timeout 500 python3 benchmarks/run_to_run.py > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
+if [[ $STEPS == *eager_graph* ]]; then  # eager against graph on each GEMM and attention definition
+  timeout "${EAGER_GRAPH_SECONDS:-330}" python3 benchmarks/eager_graph.py \
+    --report "$OUT/eager_graph.jsonl" > "$OUT/eager_graph.json" 2> "$OUT/eager_graph.log"
+  python3 benchmarks/eager_graph.py --summarize "$OUT/eager_graph.jsonl" > "$OUT/eager_graph.json"
+fi
+if [[ $STEPS == *rest* ]]; then  # the load a case's samples need after a rest
+  timeout 200 python3 benchmarks/rest_recovery.py > "$OUT/rest_recovery.json" 2> "$OUT/rest_recovery.log"
+fi
+if [[ $STEPS == *run_to_run* ]]; then  # R2R_PART=spread|compare: one part of it
+  timeout "${R2R_SECONDS:-500}" python3 benchmarks/run_to_run.py --part "${R2R_PART:-all}" \
+    > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
 fi
 if [[ $STEPS == *kernels* ]]; then
   mapfile -t picked < <(python3 -c "

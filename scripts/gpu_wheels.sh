@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Fills .whl/ (git-ignored) with what the lent CUDA machine lacks and cannot download:
+# the Python packages scripts/gpu_setup.sh installs there (pydantic, pytest, ninja, plotly
+# and their dependencies, for CPython 3.12 on x86_64 Linux) and bubblewrap as a .deb.
+# Run it here once per fresh checkout, then name ".whl" in the device tool's `carry`.
+#   bash scripts/gpu_wheels.sh            # about 15 MB
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform any -d .whl \
+  pydantic pydantic-core annotated-types typing-inspection typing-extensions \
+  pytest iniconfig pluggy packaging ninja plotly narwhals
+if ! ls .whl/bubblewrap_*.deb >/dev/null 2>&1; then
+  (cd .whl && apt-get download bubblewrap)
+fi
+du -sh .whl
