@@ -277,12 +277,15 @@ def main() -> None:
     parser.add_argument("--replay", choices=list(KERNELS), help=argparse.SUPPRESS)
     parser.add_argument("--kernels", help="comma-separated names of KERNELS (default: all)")
     parser.add_argument("--burst-only", action="store_true", help="skip the sustained regime")
+    parser.add_argument("--rows", type=Path, help="append the judged rows to this file")
     options = parser.parse_args()
     if options.replay:
         replay(options.replay, options.calls)
         return
+    import run_to_run
     import torch
 
+    run_to_run.ROWS = options.rows
     if options.kernels:
         for name in set(KERNELS) - set(options.kernels.split(",")):
             del KERNELS[name]

@@ -10,7 +10,11 @@
 
 Prints JSON. Run on a CUDA machine:
 
-    PYTHONPATH=src python3 benchmarks/run_to_run.py [--runs 5] [--part spread|compare] > r2r.json
+    PYTHONPATH=src python3 benchmarks/run_to_run.py [--runs 5] [--part spread|compare] \
+        [--rows rows.jsonl] > r2r.json
+
+``--rows`` keeps every judged row (each run's environment row first), for what the
+figures above leave out: clocks, host time per call, samples.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ROWS: Path | None = None  # --rows: every run's rows are appended here
 KERNELS = {
     "gemm_m4096_n12288_k4096": ("dense_gemm_bf16_nt_n12288_k4096", {"M": 4096}),
     "sdpa_b1_h32_n2560_d128": (
@@ -51,7 +56,11 @@ def judge_baselines(
         regime=regime,
         kernel_times=kernel_times,
     )
-    return judge(dataset, request)
+    rows = judge(dataset, request)
+    if ROWS is not None:
+        with ROWS.open("a") as kept:
+            kept.write((folder / "results.jsonl").read_text())
+    return rows
 
 
 def spread(runs: int, regime: str) -> dict:
@@ -132,7 +141,10 @@ def main() -> None:
         default="all",
         help="only the spread over runs (1.) or only the same-code compare (2.)",
     )
+    parser.add_argument("--rows", type=Path, help="append every judged row to this file")
     options = parser.parse_args()
+    global ROWS
+    ROWS = options.rows
     report = {}
     if options.part in ("all", "spread"):
         report = {regime: spread(options.runs, regime) for regime in ("burst", "sustained")}

@@ -28,7 +28,8 @@ if [[ $STEPS == *fidelity* ]]; then
   timeout 300 python3 benchmarks/timing_fidelity.py | tee "$OUT/fidelity.json"
 fi
 if [[ $STEPS == *ncu* ]]; then
-  timeout 400 python3 benchmarks/ncu_agreement.py > "$OUT/ncu_agreement.json" 2> "$OUT/ncu_agreement.log"
+  timeout 400 python3 benchmarks/ncu_agreement.py --rows "$OUT/ncu_agreement.jsonl" \
+    > "$OUT/ncu_agreement.json" 2> "$OUT/ncu_agreement.log"
 fi
 if [[ $STEPS == *eager_graph* ]]; then  # eager against graph on each GEMM and attention definition
   timeout "${EAGER_GRAPH_SECONDS:-330}" python3 benchmarks/eager_graph.py \
@@ -40,7 +41,7 @@ if [[ $STEPS == *rest* ]]; then  # the load a case's samples need after a rest
 fi
 if [[ $STEPS == *run_to_run* ]]; then  # R2R_PART=spread|compare: one part of it
   timeout "${R2R_SECONDS:-500}" python3 benchmarks/run_to_run.py --part "${R2R_PART:-all}" \
-    > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
+    --rows "$OUT/run_to_run.jsonl" > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
 fi
 if [[ $STEPS == *kernels* ]]; then
   mapfile -t picked < <(python3 -c "

@@ -230,4 +230,7 @@ def test_prefill_agrees_with_repeated_decode(reference):
             0.0,
         )
         torch.testing.assert_close(out[0, 0], prefill_out[t], atol=0, rtol=8e-3)
-    torch.testing.assert_close(s, prefill_state, atol=0, rtol=1e-6)
+    # Two FP32 computations of one recurrence in different orders: on an AVX2 machine 1,053 of
+    # 131,072 entries differed by up to 5.6e-9 (under one ulp of the state's 0.1 scale), and
+    # atol=0 failed on entries near zero; elsewhere the kernels happened to agree exactly.
+    torch.testing.assert_close(s, prefill_state, atol=1e-7, rtol=1e-6)
