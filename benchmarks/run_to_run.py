@@ -37,17 +37,24 @@ KERNELS = {
 
 
 def judge_baselines(
-    definitions, workloads, suite, regime, folder: Path, kernel_times: bool = False
+    definitions,
+    workloads,
+    suite,
+    regime,
+    folder: Path,
+    kernel_times: bool = False,
+    solutions: list[str] | None = None,
 ) -> list[dict]:
-    """The rows of the task baselines of ``definitions`` judged on one GPU in ``regime``
-    (also used by ncu_agreement.py, with ``kernel_times``: CUPTI durations in each row)."""
+    """The rows of the task baselines of ``definitions`` (or of ``solutions``) judged on
+    one GPU in ``regime`` (also used by ncu_agreement.py, with ``kernel_times``: CUPTI
+    durations in each row)."""
     from inference_kernels.dataset.layout import load_dataset
     from inference_kernels.judge.session import Request, judge
 
     dataset = load_dataset(ROOT / "dataset")
     request = Request(
         definitions=definitions,
-        solutions=[dataset.tasks[d].baseline for d in definitions],
+        solutions=solutions or [dataset.tasks[d].baseline for d in definitions],
         suite=suite,
         workloads=workloads,
         devices=["cuda:0"],
