@@ -4,6 +4,7 @@ them; progress off a terminal is plain lines."""
 
 import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,40 @@ def test_new_writes_a_folder_that_is_judged_as_it_is_and_then_passes(tmp_path):
     (folder / "solution.json").write_text(json.dumps(solution))
     code, rows = judged(tmp_path, "--candidate", folder, "--name", "my-decode")
     assert code == 0 and {(r["solution"], r["status"]) for r in rows} == {("my-decode", "passed")}
+
+
+def test_the_line_new_prints_judges_the_folder_again_after_an_edit(tmp_path):
+    # It once put the report inside the candidate folder, whose files are pinned by hash for
+    # the run: the second run (after an edit, as the README says) stopped at its first row.
+    folder = tmp_path / "mine"
+    result = invoke("new", "-d", GDN, "-o", folder, "--json")
+    command = shlex.split(json.loads(result.output)["judge"])
+    assert command[0] == "inference-kernels" and "--report" in command
+    report = Path(command[command.index("--report") + 1])
+    assert not (tmp_path / report).resolve().is_relative_to(folder.resolve())
+    extra = ["--only-candidates", "--validation-only", "--cache", str(tmp_path / "cache")]
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "inference_kernels.cli", *command[1:], *extra],
+            capture_output=True, text=True, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert "Traceback" not in done.stderr and "changed since" not in done.stderr, done.stderr
+        rows = [json.loads(line) for line in (tmp_path / report).read_text().splitlines()]
+        cases = [r for r in rows if r["type"] == "case"]
+        assert len(cases) == 1 and cases[0]["status"] != "passed", rows  # the draft, judged
+        assert done.returncode == 1, done.stderr
+
+
+def test_a_report_or_cache_inside_a_candidate_folder_is_a_usage_error(tmp_path):
+    folder = tmp_path / "mine"
+    invoke("new", "-d", GDN, "-o", folder)
+    for option in ("--report", "--cache"):
+        inside = folder / ("r.jsonl" if option == "--report" else "cache")
+        result = invoke("run", "-d", GDN, "--candidate", folder, option, inside)
+        assert result.exit_code == 2, result.output
+        assert "inside the candidate folder" in result.output
+        assert not inside.exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["main.py", "solution.json"]
 
 
 def test_new_refuses_a_folder_in_use_and_an_unknown_language(tmp_path):

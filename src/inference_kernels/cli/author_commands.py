@@ -46,7 +46,9 @@ def new(
     judge = ["inference-kernels", "run", "-d", definition, "--candidate", str(folder)]
     if dataset:
         judge[2:2] = ["--dataset", str(dataset)]
-    judge += ["--report", str(folder / "results.jsonl"), "--overwrite"]
+    # The report goes beside the folder, never into it: a candidate's files are pinned by
+    # their hashes for the whole run (and rows written into it would change them).
+    judge += ["--report", str(Path("results") / f"{folder.name}.jsonl"), "--overwrite"]
     command = shlex.join(judge)
     if as_json:
         print(json.dumps({"files": [str(p) for p in written], "judge": command}, indent=2))

@@ -203,6 +203,7 @@ def run(
         devices = [f"cuda:{index.strip()}" for index in indices]
     loaded, _ = _cases(dataset, definition, suite, workload)
     _check_solutions(loaded, definition, solution, candidate or [], name or [], only_candidates)
+    _outside_candidates(candidate or [], {"--report": report, "--cache": cache})
     request = Request(
         definitions=definition,
         solutions=[] if only_candidates else solution,
@@ -292,6 +293,21 @@ def _check_solutions(loaded, definitions, solutions, candidates, names, only) ->
         _fail("--only-candidates needs a --candidate")
     if only and solutions:
         _fail("--only-candidates and --solution exclude each other")
+
+
+def _outside_candidates(candidates: list[Path], outputs: dict[str, Path | None]) -> None:
+    """A run writes nothing into a candidate folder: its files are pinned by their hashes
+    for the whole run, so a report or cache there would stop it after its first rows."""
+    folders = [c.resolve() for c in candidates if c.is_dir()]
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        for folder in folders:
+            if path.resolve().is_relative_to(folder):
+                _fail(
+                    f"{option} {path}: inside the candidate folder {folder}, whose files are "
+                    "pinned for the run; write it elsewhere (e.g. results/)"
+                )
 
 
 def _run_table(table: list[dict]) -> None:

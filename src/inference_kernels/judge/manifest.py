@@ -88,10 +88,12 @@ class Manifest:
         now = self._hashes if unchanged else self.hashes()
         changed = [name for name in ("dataset", "judge") if recorded.get(name) != now[name]]
         if changed:
+            labels = {"dataset": "dataset or a candidate's files", "judge": "judge"}
             raise DatasetError(
                 where,
                 "manifest",
-                f"the {' and the '.join(changed)} changed since this run began (its files hash "
+                f"the {' and the '.join(labels[c] for c in changed)} changed since this run "
+                "began (its files hash "
                 "differently now); the rows written so far are kept. Rerun, or start another "
                 "--report",
             )
