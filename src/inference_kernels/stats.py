@@ -30,10 +30,11 @@ GPUS_DIFFER = "not comparable: timed on different GPUs"
 # 0.78x to 1.54x for identical code on a quiet machine, and identical code judged while
 # another job ran came out 41.5x (2.48-84.4) faster than the baseline
 # (docs/measurements/h200-regimes.md): CPU wall-clock differences are never significant.
-# CUDA: 2%, measured on one H200: the graph median over 5 separate runs moved by at most
-# 0.8%, and two runs of the same 20 dev workloads gave per-workload ratios of 0.984-1.021
-# whose intervals excluded 1.0 by at most 1.2% (h200-regimes.md, "Fourth session"). Two
-# GPUs of one host differ by more (3% on one GEMM): compare runs of the same GPU.
+# CUDA: 2%, measured on H200s: the graph median over 5 separate runs moved by at most
+# 0.8% (fourth session) and 1.6% (ninth, the burst GEMM on another GPU), and two runs of the
+# same 20 dev workloads gave per-workload ratios of 0.984-1.021 whose intervals excluded 1.0
+# by at most 1.2% (h200-regimes.md, "Fourth session"; ninth: 0.980-1.014, none). Two GPUs
+# of one host differ by more (3% on one GEMM): compare runs of the same GPU.
 RUN_TO_RUN = {"cpu": math.inf, "cuda": 0.02}
 
 
