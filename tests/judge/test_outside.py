@@ -33,3 +33,15 @@ def test_the_graph_allowance_is_not_given_to_eager_calls():
     per_call = outside.allowed_per_call("eager", "cuda", 1, output_bytes=768)
     assert per_call == outside.PER_OUTPUT["cuda"]
     assert outside.allowed_per_call("graph", "cuda", 1, 768) == outside.PER_GRAPH_CALL["cuda"]
+
+
+def test_a_report_longer_than_the_referee_saw_is_suspect():
+    # The referee's time of a sample brackets the worker's: an honest report is never longer.
+    # The early-header attack made the referee's time nil; one sample of it is enough.
+    seen = [SEEN] * 6 + [1e-4]
+    per_call = outside.allowed_per_call("graph", "cuda", 1, output_bytes=768)
+    _, reason = outside.check("graph", [REPORTED] * 7, seen, CALLS, "cuda", per_call)
+    assert reason is not None and "more than the judge saw" in reason
+    # Within the slack (2% and 100 us of a sample) an equal report is honest.
+    equal = [REPORTED * 1e-6 * CALLS] * 7
+    assert outside.check("graph", [REPORTED] * 7, equal, CALLS, "cuda", per_call)[1] is None

@@ -1,7 +1,8 @@
 """The outside check: the worker's own times against the referee's, who times every
-sample from outside the sandbox (from the ``go`` it sent to the moment the report began to
-arrive). A worker's clock runs in the solution's process; this bounds how much faster it
-can report than what was seen.
+sample from outside the sandbox (from the ``go`` it sent to the moment the whole report
+had arrived). A worker's clock runs in the solution's process; this bounds how much faster
+it can report than what was seen, and a worker that reports more than was seen is caught
+too (its report is no time it spent).
 
 When most samples took more than ``(1 + TOLERANCE)`` times what the worker reports, plus
 ALLOWANCE (the message round trip), PER_OUTPUT per output (its bookkeeping) and
@@ -39,6 +40,11 @@ PER_OUTPUT = {"cuda": 12e-6, "cpu": 20e-6}
 # call) and nothing that matters to a long one.
 PER_GRAPH_CALL = {"cuda": 0.5e-6, "cpu": 0.0}
 COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
+# The referee's time of a sample brackets the worker's (from the go it sent to the whole
+# report's arrival, on the same monotonic clock): a worker that reports more than the
+# referee saw, by more than IMPOSSIBLE_RATIO and IMPOSSIBLE_SLACK, reports a time it did not
+# spend (the early-header attack made the referee's time nil while the calls ran).
+IMPOSSIBLE_RATIO, IMPOSSIBLE_SLACK = 0.02, 100e-6
 # A sample is suspect when the host, waiting for the whole device, saw this much more
 # than the events (work on a stream the events do not cover).
 HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
@@ -64,12 +70,22 @@ def check(
         outside - (1 + tolerance) * us * 1e-6 * iters - allowance
         for outside, us in zip(seen, samples, strict=True)
     ]
+    shortfall = [
+        (1 - IMPOSSIBLE_RATIO) * us * 1e-6 * iters - IMPOSSIBLE_SLACK - outside
+        for outside, us in zip(seen, samples, strict=True)
+    ]
     median = statistics.median(seen)
     suspect = None
     if statistics.median(excess) > 0:
         suspect = (
             f"{method}: the worker reported {statistics.median(samples):.1f} us per call, "
             f"the judge saw {median / iters * 1e6:.1f} us per call from outside"
+        )
+    elif max(shortfall) > 0:
+        suspect = (
+            f"{method}: the worker reported {statistics.median(samples):.1f} us per call, more "
+            f"than the judge saw from outside in a sample ({min(seen) / iters * 1e6:.1f} us "
+            "per call): no honest report can"
         )
     entry = {
         "median_us": median / iters * 1e6,
