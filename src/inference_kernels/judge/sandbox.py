@@ -141,6 +141,30 @@ def _needed(secrets: list[Path] = ()) -> list[Path]:
     return sorted(p for p in paths if not any(q != p and q in p.parents for q in paths))
 
 
+def repositories(secrets: list[Path]) -> list[Path]:
+    """The git folders of the repositories that hold any of ``secrets``: a folder hidden
+    from a worker stays readable through its repository's objects (``git show
+    HEAD:dataset/...`` from inside read a hidden dataset's captured tensors and tasks).
+    For a worktree or submodule, whose ``.git`` is a file naming its git folder, both."""
+    found: set[Path] = set()
+    for secret in secrets:
+        path = Path(os.path.realpath(secret))
+        for folder in [path, *path.parents]:
+            marker = folder / ".git"
+            if marker.is_dir():
+                found.add(marker)
+            elif marker.is_file():
+                found.add(marker)
+                text = marker.read_text(errors="replace").strip()
+                if text.startswith("gitdir:"):
+                    target = Path(text.removeprefix("gitdir:").strip())
+                    found.add(Path(os.path.realpath(folder / target)))
+            else:
+                continue
+            break  # the innermost repository holds the secret
+    return sorted(found)
+
+
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
