@@ -388,7 +388,7 @@ class CaseRow(BaseModel):
     type: Literal["case"] = "case"
     definition: str
     solution: str
-    uuid: str | None
+    uuid: str | None = None  # None: a solution that could not be loaded (no workload ran)
     status: Status
     error: str | None = None
     axes: dict[str, int] = {}

@@ -289,6 +289,20 @@ def _check_solutions(loaded, definitions, solutions, candidates, names, only) ->
             _fail(f"--candidate {path}: no such file or folder")
     if len(names) > len(candidates):
         _fail(f"{len(names)} --name for {len(candidates)} --candidate")
+    from ..judge.candidates import candidate_solution
+    from ..judge.session import candidate_problem
+
+    accepted = []
+    for index, path in enumerate(candidates):  # what the judge would refuse, refused now
+        name = names[index] if index < len(names) else None
+        try:
+            found = candidate_solution(path, definitions[0], name)
+        except DatasetError as error:
+            _fail(f"--candidate {error}")
+        problem = candidate_problem(found, definitions[0], set(loaded.solutions), accepted)
+        if problem:
+            _fail(f"--candidate {path}: {problem}")
+        accepted.append(found)
     if only and not candidates:
         _fail("--only-candidates needs a --candidate")
     if only and solutions:

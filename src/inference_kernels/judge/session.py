@@ -26,7 +26,7 @@ from .candidates import candidate_solution
 from .manifest import Manifest
 from .ray_backend import check_cluster, run_jobs_on_ray
 from .results import Earlier, ResultWriter, digest, earlier_rows, environment_row
-from .sandbox import Sandbox, bwrap_path, probe, record
+from .sandbox import Sandbox, bwrap_path, probe, record, repositories
 from .scheduler import Job, Options, run_jobs
 
 
@@ -89,6 +89,7 @@ def make_sandbox(request: Request, dataset: Dataset, cache: Path) -> tuple[Sandb
         secrets.append(request.data_root)
     if request.report:  # its folder: other reports in it are no business of a solution
         secrets.append(request.report.resolve().parent)
+    secrets += repositories(secrets)  # else readable through git's objects
     return Sandbox(bwrap_path(), secrets), record(Sandbox(bwrap_path()), description)
 
 
@@ -127,31 +128,43 @@ def _solutions(dataset: Dataset, request: Request) -> tuple[list[Solution], list
             request.solutions is None or stem in request.solutions
         ):
             failed.append(_failed_row(request, stem, str(problem)))
+    known = {s.name for s in dataset.solutions.values()}
     for index, path in enumerate(request.candidates):
         if not request.definitions or len(request.definitions) != 1:
             raise DatasetError(path, "--candidate", "needs exactly one --definition")
         name = request.names[index] if index < len(request.names) else None
+        # A candidate that is refused gets its row under a name of the path (or --name),
+        # never under the name its own file claims: that may be another solution's.
+        refused = name or f"candidate:{path.name}"
         try:
             candidate = candidate_solution(path, request.definitions[0], name)
         except DatasetError as error:
-            failed.append(_failed_row(request, name or f"candidate:{path.name}", str(error)))
+            failed.append(_failed_row(request, refused, str(error)))
             continue
-        if candidate.definition != request.definitions[0]:
-            error = (
-                f"solution {candidate.name!r} is for {candidate.definition!r}, "
-                f"not {request.definitions[0]!r}"
-            )
-            failed.append(_failed_row(request, candidate.name, error))
-        elif any(s.name == candidate.name for s in chosen):  # rows are keyed by name
-            error = f"{path}: another selected solution is named {candidate.name!r}; rename it"
-            failed.append(_failed_row(request, candidate.name, error))
+        problem = candidate_problem(candidate, request.definitions[0], known, chosen)
+        if problem:
+            failed.append(_failed_row(request, refused, f"{path}: {problem}"))
         else:
             chosen.append(candidate)
-    known = {s.name for s in dataset.solutions.values()}
     for name in request.solutions or []:
         if name not in known and not any(row.solution == name for row in failed):
             failed.append(_failed_row(request, name, f"no solution named {name!r} in the dataset"))
     return chosen, failed
+
+
+def candidate_problem(
+    candidate: Solution, definition: str, known: set[str], chosen: list[Solution]
+) -> str | None:
+    """Why a candidate cannot be judged beside the others, or None. Rows are keyed by
+    solution name: a candidate named like a dataset solution (selected or not) would write
+    rows that read as that solution's, in this report and in any it is combined with."""
+    if candidate.definition != definition:
+        return f"solution {candidate.name!r} is for {candidate.definition!r}, not {definition!r}"
+    if candidate.name in known:
+        return f"{candidate.name!r} is the name of a dataset solution; rename it (or --name)"
+    if any(s.name == candidate.name for s in chosen):
+        return f"another candidate is named {candidate.name!r}; rename it (or --name)"
+    return None
 
 
 def _failed_row(request: Request, solution: str, error: str) -> CaseRow:
