@@ -100,7 +100,7 @@ def test_new_refuses_a_folder_in_use_and_an_unknown_language(tmp_path):
     assert result.exit_code == 2 and "not an empty folder" in result.output
     assert (tmp_path / "used/keep.txt").read_text() == "mine"
     result = invoke("new", "-d", GDN, "--language", "rust", "-o", tmp_path / "x")
-    assert result.exit_code == 2 and "python, triton, cuda" in result.output
+    assert result.exit_code == 2 and "python, triton, cuda, cpp" in result.output
 
 
 def test_unknown_names_are_usage_errors_with_close_matches(tmp_path):

@@ -109,7 +109,7 @@ def _compare(
         )
     if actual.shape != expected.shape:
         return OutputVerdict(
-            statuses.SHAPE_MISMATCH, f"shape {list(actual.shape)} != {list(expected.shape)}"
+            statuses.SHAPE_MISMATCH, f"shape {list(actual.shape)}, expected {list(expected.shape)}"
         )
     if actual.dtype != expected.dtype:
         return OutputVerdict(statuses.DTYPE_MISMATCH, f"dtype {actual.dtype} != {expected.dtype}")

@@ -105,6 +105,6 @@ def test_a_token_outside_the_tolerance_routed_the_other_way_fails(tmp_path):
     assert row["status"] == "mismatch"
     # one token of the kept ones: its sorted ids differ from the swapped one's place on
     assert re.fullmatch(
-        r"output expert_ids: [1-6]/\d+ elements differ \(exact\) \(\d+ ambiguous rows left out\)",
+        r"output 'expert_ids': [1-6]/\d+ elements differ \(exact\) \(\d+ ambiguous rows left out\)",
         row["error"],
     ), row["error"]

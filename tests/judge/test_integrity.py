@@ -64,7 +64,7 @@ def test_resume_refuses_a_report_written_under_other_files(dataset_copy, tmp_pat
     captures = dataset_copy / "captures.jsonl"
     captures.write_text(captures.read_text() + "\n")  # no case changes, but a pinned file does
     request.resume = True
-    with pytest.raises(DatasetError, match="the dataset changed"):
+    with pytest.raises(DatasetError, match="the dataset or a candidate.s files changed"):
         judge(load_dataset(dataset_copy), request)
 
 

@@ -260,6 +260,32 @@ def test_a_solution_cannot_write_into_another_build_or_the_cache(honest, cache, 
     assert (builds / f"{key_of(attack)}.done").is_file()
 
 
+def test_the_cpp_folder_that_new_writes_builds_and_is_judged(cache, tmp_path):
+    # A newcomer found no cpp scaffold (only python, triton and cuda) and wrote one by hand.
+    from inference_kernels.dataset.layout import load_dataset as load
+    from inference_kernels.dataset.scaffold import write
+
+    folder = tmp_path / "mine"
+    written = write(load(ROOT / "dataset").definitions[GEMM], "cpp", folder, "me")
+    assert sorted(p.name for p in written) == ["main.cpp", "solution.json"]
+    assert "torch::Tensor run(torch::Tensor A, torch::Tensor W, torch::Tensor bias)" in (
+        folder / "main.cpp"
+    ).read_text()
+    request = Request(
+        definitions=[GEMM],
+        solutions=[],
+        candidates=[folder],
+        workloads=WORKLOADS[:1],
+        report=tmp_path / "r.jsonl",
+        cache=cache,
+        validation_only=True,
+        timeout=400,
+    )
+    rows = [r for r in judge(load_dataset(ROOT / "dataset"), request) if r["type"] == "case"]
+    # built (no compile_error) and run: its outputs are torch::empty's, so it fails
+    assert len(rows) == 1 and rows[0]["status"] in ("mismatch", "nonfinite", "trivial_output")
+
+
 def test_a_triton_solution_loads_like_python(tmp_path):
     triton = solution("triton_linear", "triton", {"main.py": TRITON_MAIN}, "main.py::run")
     triton["spec"]["destination_passing_style"] = False

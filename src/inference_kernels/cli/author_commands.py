@@ -17,7 +17,11 @@ from .common import DatasetOption, JsonOption, _fail, _known, _load, _writable, 
 def new(
     definition: Annotated[str, typer.Option("--definition", "-d", help="The definition to solve.")],
     language: Annotated[
-        str, typer.Option(help="python, triton (Python with @triton.jit) or cuda (C++/CUDA).")
+        str,
+        typer.Option(
+            help="python, triton (Python with @triton.jit), cuda (C++/CUDA, built with nvcc) "
+            "or cpp (C++ for the CPU)."
+        ),
     ] = "python",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="New folder (default: ./my_<definition>).")
@@ -55,4 +59,5 @@ def new(
         return
     for path in written:
         console.print(f"wrote {path}", highlight=False)
-    console.print(f"edit {written[0]}, then judge it:\n  {command}", highlight=False)
+    console.print(f"edit {written[0]}, then judge it:", highlight=False)
+    print(f"  {command}")  # one line whatever the terminal's width: it is copied and pasted

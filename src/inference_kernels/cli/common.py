@@ -54,7 +54,12 @@ def _existing_folder(value: Path | None) -> Path | None:
 
 DatasetOption = Annotated[
     Path | None,
-    typer.Option("--dataset", help="Dataset root (definitions/, workloads/, tasks/...)."),
+    typer.Option(
+        "--dataset",
+        help="Dataset root (definitions/, workloads/, tasks/...). Default: "
+        "$INFERENCE_KERNELS_DATASET, else ./dataset when it holds definitions/, else the "
+        "dataset bundled with this checkout.",
+    ),
 ]
 DataRootOption = Annotated[
     Path | None,

@@ -257,7 +257,8 @@ def run(
     failed = sum(sum(entry["failed"].values()) for entry in table)
     failures = grouped(rows)
     if as_json:
-        head = {"report": str(report) if report else None, "failed": failed}
+        head = {"report": str(report) if report else None, "dataset": str(loaded.root)}
+        head["failed"] = failed
         print(json.dumps({**head, "failures": failures, "solutions": table}, indent=2))
         if failed:
             raise typer.Exit(1)
@@ -270,7 +271,8 @@ def run(
                 highlight=False,
             )
     _run_table(table)
-    console.print(f"results: {report}" if report else "", highlight=False)
+    judged_on = f"dataset: {loaded.root}"  # the default may be the bundled one (--help)
+    console.print(f"results: {report} ({judged_on})" if report else judged_on, highlight=False)
     if failed:
         raise typer.Exit(1)
 
@@ -336,8 +338,10 @@ def _run_table(table: list[dict]) -> None:
         "method",
         "speedup",
     ):
-        view.add_column(
-            column, justify="right" if column in ("passed", "time us", "speedup") else "left"
+        view.add_column(  # names fold rather than end in "…": a baseline and a candidate
+            column,  # often share all but their last characters
+            justify="right" if column in ("passed", "time us", "speedup") else "left",
+            overflow="fold" if column in ("definition", "solution") else "ellipsis",
         )
     for entry in table:
         failed = ", ".join(f"{k} {v}" for k, v in entry["failed"].items())

@@ -59,9 +59,11 @@ def report(
         _fail(f"no signed case rows in {', '.join(str(path) for path in results)}")
     baselines, definitions, hardware = _dataset(dataset)
     target = output / PAGE
+    replaced = target.exists()  # a page is made from its rows: made again, not merged
     sources = [str(path) for path in results]
     target.write_text(page(rows, baselines, definitions, sources, hardware))
     if as_json:
-        print(json.dumps({"page": str(target), **counts(rows)}, indent=2))
+        print(json.dumps({"page": str(target), "replaced": replaced, **counts(rows)}, indent=2))
     else:
-        console.print(f"wrote {target}: {counts(rows)['cases']} cases", highlight=False)
+        verb = "replaced" if replaced else "wrote"
+        console.print(f"{verb} {target}: {counts(rows)['cases']} cases", highlight=False)

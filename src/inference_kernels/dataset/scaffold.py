@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..schema import Definition
 
-LANGUAGES = ("python", "triton", "cuda")
+LANGUAGES = ("python", "triton", "cuda", "cpp")
 
 
 def _tensor_line(name: str, spec: dict) -> str:
@@ -109,8 +109,9 @@ def python_source(definition: Definition, triton: bool) -> str:
     return "\n".join(body)
 
 
-def cuda_sources(definition: Definition) -> dict[str, str]:
-    """A C++/CUDA extension (binding ``torch``) whose ``run`` returns the outputs."""
+def cuda_sources(definition: Definition, cuda: bool = True) -> dict[str, str]:
+    """A C++/CUDA extension (binding ``torch``) whose ``run`` returns the outputs; plain
+    C++ (``main.cpp``, the CPU's) when not ``cuda``."""
     data = definition.model_dump(mode="json")
     parameters = ", ".join(
         f"torch::Tensor {n}" if s.get("shape") is not None else f"double {n}"
@@ -130,18 +131,22 @@ def cuda_sources(definition: Definition) -> dict[str, str]:
         *comments,
         "#include <torch/extension.h>",
         "",
-        "// TODO: the kernel, e.g. __global__ void kernel(...) { ... }",
+        "// TODO: the kernel, e.g. __global__ void kernel(...) { ... }"
+        if cuda
+        else "// TODO: the computation, e.g. loops over A.data_ptr<at::BFloat16>()",
         "",
         f"{returns} run({parameters}) {{",
         *allocations,
-        "    // TODO: launch the kernel on at::cuda::getCurrentCUDAStream().",
+        "    // TODO: launch the kernel on at::cuda::getCurrentCUDAStream()."
+        if cuda
+        else "    // TODO: compute the outputs into the tensors above.",
         f"    return {value};",
         "}",
         "",
         'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }',
         "",
     ]
-    return {"kernel.cu": "\n".join(source)}
+    return {"kernel.cu" if cuda else "main.cpp": "\n".join(source)}
 
 
 def _cxx_dtype(dtype: str) -> str:
@@ -161,8 +166,9 @@ def _cxx_dtype(dtype: str) -> str:
 
 def write(definition: Definition, language: str, folder: Path, author: str) -> list[Path]:
     """Write the scaffold into the new or empty ``folder``; the files written."""
-    if language == "cuda":
-        sources, entry = cuda_sources(definition), "kernel.cu::run"
+    if language in ("cuda", "cpp"):
+        sources = cuda_sources(definition, cuda=language == "cuda")
+        entry = f"{next(iter(sources))}::run"
     else:
         sources, entry = (
             {"main.py": python_source(definition, language == "triton")},
@@ -175,7 +181,9 @@ def write(definition: Definition, language: str, folder: Path, author: str) -> l
         "description": f"A {language} solution for {definition.name}.",
         "spec": {
             "language": language,
-            "target_hardware": ["cuda"] if language != "python" else ["cpu", "cuda"],
+            "target_hardware": {"python": ["cpu", "cuda"], "cpp": ["cpu"]}.get(
+                language, ["cuda"]
+            ),
             "entry_point": entry,
             "destination_passing_style": False,
         },

@@ -334,7 +334,9 @@ class Referee:
                     "graph": statuses.GRAPH_OUTPUT_MISMATCH,
                 }.get(method, statuses.TIMED_OUTPUT_MISMATCH)
                 where = "" if method == "call" else f"{method} check, "
-                raise CaseEnded(status, f"{where}output {name}: {result.message or result.status}")
+                raise CaseEnded(
+                    status, f"{where}output '{name}': {result.message or result.status}"
+                )
 
     def _case(self, worker: WorkerHandle, verdict: dict[str, Any]) -> None:
         job = self.current
