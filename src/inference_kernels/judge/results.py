@@ -151,12 +151,35 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def host_cpu() -> dict[str, Any]:
+    """The host's processor: CPU times (and the references' speed) depend on it far more
+    than on anything else: the dataset's BF16 GEMM cases took 5-6x longer on an AVX2-only
+    machine than on the one of the earlier CPU figures (README)."""
+    import torch
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "model": model or platform.processor(),
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "cores": os.cpu_count(),
+    }
+
+
 def environment_row(devices: list[dict[str, Any]], **extra: Any) -> EnvironmentRow:
     gpus = {entry.get("index"): entry for entry in _nvidia_smi()}
     for device in devices:
         index = device.get("device", "").partition(":")[2]
         if index in gpus:
             device["nvidia_smi"] = gpus[index]
+        if device.get("device") == "cpu":
+            device["cpu"] = host_cpu()
     return EnvironmentRow(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         devices=devices,
