@@ -178,7 +178,7 @@ def environment_row(devices: list[dict[str, Any]], **extra: Any) -> EnvironmentR
         index = device.get("device", "").partition(":")[2]
         if index in gpus:
             device["nvidia_smi"] = gpus[index]
-        if device.get("device") == "cpu":
+        if device.get("device") == "cpu" and "ray" not in device:  # Ray's nodes are others
             device["cpu"] = host_cpu()
     return EnvironmentRow(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
