@@ -181,3 +181,29 @@ def test_samples_that_adaptive_repetition_adds_can_be_the_checked_ones():
         assert len(checked) == sampling.CHECKS
         late += any(index >= schedule.MIN_ROUNDS for index in checked)
     assert late / runs > 0.85  # about 0.93 with 2 checks among 22 rounds
+
+
+def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration(monkeypatch):
+    """The calibration's few calls carry a sample's fixed cost (the device waking up, the
+    first call's issue), so on CUDA a warm eager sample of the plan's calls sizes eager
+    samples to SAMPLE_MIN_SECONDS, as it does a graph's; on the CPU eager keeps the plan's."""
+
+    def times(method, index):
+        return 1000.0
+
+    class Grown(Sets):
+        def __init__(self, count):
+            self.count = count
+
+    sizes = {}
+    for kind in ("cuda", "cpu"):
+        worker = ScriptedWorker(times)
+        made = sampler(worker)
+        made.device, made.fit = torch.device(kind), 1000
+        made.plan = Plan(1, 16, 7)  # 16 calls: the calibration's 2 ms a call
+        made.grow = Grown
+        monkeypatch.setattr(made, "_probe", lambda method, index: None)
+        entries = made.time_methods(["eager", "graph"], None)
+        sizes[kind] = entries["eager"]["calls_per_sample"], entries["graph"]["calls_per_sample"]
+    assert sizes["cuda"] == (27, 27)  # 26.7 ms of 1 ms calls
+    assert sizes["cpu"] == (16, 64)  # the plan's eager calls; 64 ms of 1 ms graph calls
