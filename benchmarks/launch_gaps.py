@@ -40,8 +40,8 @@ def gemm_case(device):
 
 def sdpa_case(device):
     def run(q, k, v):  # the task baseline's code
-        output = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return output.transpose(1, 2).contiguous()
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).contiguous()
 
     sets = [
         [torch.randn(1, 2560, 32, 128, device=device, dtype=torch.bfloat16) for _ in range(3)]
@@ -110,13 +110,16 @@ def traced(work, calls, device) -> dict:
     for event in prof.profiler.kineto_results.events():
         kind = event.activity_type() if hasattr(event, "activity_type") else None
         name = event.name()
-        if kind not in (None, "kernel") and event.device_type() == torch.autograd.DeviceType.CUDA:
+        on_device = event.device_type() == torch.autograd.DeviceType.CUDA
+        if kind not in (None, "kernel") and on_device:
             others[f"{kind}: {name[:60]}"] = others.get(f"{kind}: {name[:60]}", 0) + 1 / calls
-        if kind == "kernel" or (kind is None and event.device_type() == torch.autograd.DeviceType.CUDA
-                                and not name.startswith(("Memcpy", "Memset")) and "Sync" not in name):
+        older_kernel = (
+            on_device and not name.startswith(("Memcpy", "Memset")) and "Sync" not in name
+        )
+        if kind == "kernel" or (kind is None and older_kernel):
             spans.append((event.start_ns(), event.start_ns() + event.duration_ns(), name[:80]))
     spans.sort()
-    gaps = [max(0, b[0] - a[1]) for a, b in zip(spans, spans[1:])]
+    gaps = [max(0, b[0] - a[1]) for a, b in zip(spans, spans[1:], strict=False)]
     names: dict[str, int] = {}
     for _, _, name in spans:
         names[name] = names.get(name, 0) + 1
@@ -127,6 +130,13 @@ def traced(work, calls, device) -> dict:
         "gap_median_us": statistics.median(gaps) / 1e3 if gaps else None,
         "names": {n: c / calls for n, c in names.items()},
         "other_device_events_per_call": others,
+    }
+
+
+def trace_both(slots, graph, calls, device) -> dict:
+    return {
+        "eager_trace": traced(lambda: eager(slots, calls, device), calls, device),
+        "graph_trace": traced(lambda: replay(graph, calls, device), calls, device),
     }
 
 
@@ -144,9 +154,15 @@ def measure(slots, graph, calls, rounds, rest_s, load_s, lead_us, device) -> dic
         graphs.append(replay(graph, calls, device, lead_us))
     e, g = statistics.median(eagers), statistics.median(graphs)
     return {
-        "calls": calls, "rest_s": rest_s, "load_s": load_s, "lead_us": lead_us,
-        "eager_us": round(e, 2), "graph_us": round(g, 2), "eager_over_graph": round(e / g, 4),
-        "eager_samples": [round(x, 1) for x in eagers], "graph_samples": [round(x, 1) for x in graphs],
+        "calls": calls,
+        "rest_s": rest_s,
+        "load_s": load_s,
+        "lead_us": lead_us,
+        "eager_us": round(e, 2),
+        "graph_us": round(g, 2),
+        "eager_over_graph": round(e / g, 4),
+        "eager_samples": [round(x, 1) for x in eagers],
+        "graph_samples": [round(x, 1) for x in graphs],
         "host_issue_us_per_call": round(statistics.median(hosts), 1),
     }
 
@@ -163,7 +179,8 @@ def main() -> None:
     conditions = [  # (rest, load, lead): the burst regime's start, the sustained one's
         (rest, load, lead) for rest, load in ((0.5, 0.0), (0.0, 0.3)) for lead in args.leads
     ] * args.repeats
-    for name, make in (("gemm_m4096_n12288_k4096", gemm_case), ("sdpa_b1_h32_n2560_d128", sdpa_case)):
+    cases = (("gemm_m4096_n12288_k4096", gemm_case), ("sdpa_b1_h32_n2560_d128", sdpa_case))
+    for name, make in cases:
         slots = make(device)
         report[name] = {"runs": []}
         for calls in args.calls:
@@ -172,10 +189,11 @@ def main() -> None:
                 eager(slots, calls, device)
                 replay(graph, calls, device)
             random.shuffle(conditions)
-            report[name]["runs"] += [measure(slots, graph, calls, args.rounds, *c, device) for c in conditions]
+            for condition in conditions:
+                run = measure(slots, graph, calls, args.rounds, *condition, device)
+                report[name]["runs"].append(run)
             if calls == args.calls[0]:
-                report[name]["eager_trace"] = traced(lambda: eager(slots, calls, device), calls, device)
-                report[name]["graph_trace"] = traced(lambda: replay(graph, calls, device), calls, device)
+                report[name] |= trace_both(slots, graph, calls, device)
             del graph, kept
         report[name]["runs"].sort(key=lambda r: (r["load_s"], r["calls"], r["lead_us"]))
         print(json.dumps({name: report[name]}), flush=True, file=sys.stderr)
