@@ -76,7 +76,16 @@ def test_workload_counts_per_model_match_the_seed(bundled):
                 },
             },
         ),
-        ("qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", {"atol": 0.0, "rtol": 0.0}),
+        (
+            # the seed's exact ids; the ambiguity is ours (December 2): another FP32 summation
+            # order may move a score across the top-512 cut by up to its rounding bound
+            "qsa_index_topk_decode_qwen38_h4_d128_topk512_c4",
+            {
+                "atol": 0.0,
+                "rtol": 0.0,
+                "ambiguity": {"function": "ambiguous_rows", "outputs": ["block_ids"]},
+            },
+        ),
         ("mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", BF16),
     ],
 )

@@ -126,6 +126,77 @@ def test_index_random_integer_keys_match_naive(reference):
     assert naive_topk(plain) != expected[0]
 
 
+
+def test_index_ambiguous_rows_are_those_another_summation_order_may_change(dataset):
+    """Four rows of 600 blocks (the last of 300): 511 blocks score high, two blocks X and Y
+    meet at the cut, the rest are exact zeros (all dots clearly negative). Row 0: X and Y
+    clearly apart. Row 1: their dot products (8 and 8 + 2^-7, each summed from terms near
+    1,000) within what another FP32 order may move them. Row 2: no Y; the cut falls among
+    exact zeros, where lower ids win in any order. Row 3: 300 blocks, nothing scored. Only
+    row 1 is marked; a kernel that picks the other of X and Y there passes, the same swap
+    on row 0 fails, and so does a higher id among row 2's zeros."""
+    from inference_kernels.acceptance import compare
+    from inference_kernels.materialize.references import ambiguous_rows, run_reference
+
+    definition = dataset.definitions[INDEX]
+    tolerance = dataset.tasks[INDEX].tolerance
+    assert tolerance.ambiguity.outputs == ["block_ids"]
+    assert (tolerance.atol, tolerance.rtol) == (0.0, 0.0)
+    generator = torch.Generator().manual_seed(12)
+    page, n, cut_x, cut_y = 16, 600, 300, 301
+    Q = torch.zeros(4, 4, 128)
+    Q[:, 0, :3] = 1.0  # head 0 sums dims 0-2 of each key; heads 1-3 read nothing
+    cut_keys = {
+        0: ([10.0], [5.0]),
+        1: ([1024.0, -1016.0], [1024.0, -1016.0, 2.0**-7]),
+        2: ([-50.0], [-50.0]),
+    }
+
+    def key_of(row):
+        def key(j):
+            k = torch.zeros(128)
+            if j in (cut_x, cut_y):
+                values = cut_keys[row][j - cut_x]
+                k[: len(values)] = torch.tensor(values)
+            elif j < 513:  # with X and Y, the 511 high blocks
+                k[0] = 100.0
+            else:
+                k[0] = -50.0
+            return k.bfloat16()
+
+        return key
+
+    sizes = [n, n, n, 300]
+    pools, tables, offset = [], [], 0
+    for row, size in enumerate(sizes):
+        Kc, table = paged_index_keys(size, page, generator, key_of(min(row, 2)))
+        pools.append(Kc)
+        tables.append(torch.where(table >= 0, table + offset, table))
+        offset += Kc.shape[0]
+    table = torch.full((4, max(t.shape[0] for t in tables)), -1, dtype=torch.int32)
+    for row, t in enumerate(tables):
+        table[row, : t.shape[0]] = t
+    inputs = [Q.bfloat16(), torch.cat(pools), table, torch.tensor(sizes, dtype=torch.int32)]
+    (ids,) = run_reference(definition, inputs)
+    high = [j for j in range(513) if j not in (cut_x, cut_y)]
+    assert ids[0].tolist() == sorted(high + [cut_x])
+    assert ids[1].tolist() == sorted(high + [cut_y])
+    assert ids[2].tolist() == sorted(high + [cut_x])  # the lowest of the zeros
+    rows = ambiguous_rows(definition, tolerance, inputs, [ids])
+    assert rows.tolist() == [False, True, False, False]
+
+    def swapped(row, old, new):
+        other = ids.clone()
+        chosen = sorted(set(other[row].tolist()) - {old} | {new})
+        other[row] = torch.tensor(chosen, dtype=torch.int32)
+        return other
+
+    assert compare(swapped(1, cut_y, cut_x), ids, tolerance, rows).passed
+    assert not compare(swapped(1, cut_y, cut_x), ids, tolerance).passed  # without the rows
+    assert not compare(swapped(0, cut_x, cut_y), ids, tolerance, rows).passed
+    assert not compare(swapped(2, cut_x, 599), ids, tolerance, rows).passed
+
+
 # ----------------------------------------------------------------------------- sparse GQA
 
 
