@@ -7,7 +7,7 @@ then).
         [--smallest] [--edges] [--axes T=13,Y=12,X=14]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
-GEMMs.
+GEMMs, the QSA index's ties at the cut.
 
 ``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
 those var axes replaced (stand-in inputs), for definitions whose workloads are all too
@@ -72,6 +72,32 @@ def sparse_mla_edges(definition) -> list:
     return [Q, KV, indices, lengths, sink, 512**-0.5]
 
 
+def qsa_index_edges() -> list:
+    """Four rows that the stand-ins rarely reach: cuts inside runs of exact zeros (every
+    dot negative; dots of exactly 0 and negative ones), where the lowest ids must win in
+    any summation order (no row is ambiguous: a tie of positive scores would be); exactly
+    512 blocks (unscored); 40 blocks. Pages shuffled, pages nobody maps."""
+    g = torch.Generator().manual_seed(6)
+    page, counts = 16, [600, 700, 512, 40]
+    Q = torch.zeros(4, 4, 128)
+    Q[:, :, :4] = torch.eye(4)  # head h reads dim h of a key
+    width = -(-max(counts) // page)
+    pages = torch.randperm(4 * width + 1, generator=g)
+    Kc = torch.randint(-3, 4, (4 * width + 1, page, 1, 128), generator=g).float()
+    table = torch.full((4, width + 1), -1, dtype=torch.int32)
+    for row, n in enumerate(counts):
+        mine = pages[row * width : row * width + -(-n // page)]
+        table[row, : len(mine)] = mine.to(torch.int32)
+        for j in range(n):
+            key = Kc[mine[j // page], j % page, 0]
+            tied = j % 3 == 0  # 200 of 600, 234 of 700: more than the 88 and 188 cut off
+            if row == 0:
+                key[:4] = torch.tensor([-1.0, -2.0, -1.0, -3.0]) if tied else 2.0 + j % 3
+            elif row == 1:
+                key[:4] = torch.tensor([0.0, -1.0, 0.0, -2.0]) if tied else 1.0 + j % 4
+    return [Q.bfloat16(), Kc.bfloat16(), table, torch.tensor(counts, dtype=torch.int32)]
+
+
 def grouped_gemm_shapes() -> list[list]:
     """Small hand-made grouped GEMMs (the definition's reference takes any E, N, K): rows of
     several experts in one row tile, rows of one expert across tiles, an expert between
@@ -106,6 +132,8 @@ def main() -> None:
     if "--edges" in sys.argv:
         if definition.op_type == "grouped_gemm":
             shapes = grouped_gemm_shapes()
+        elif definition.op_type == "qsa_index":
+            shapes = [qsa_index_edges()]
         else:
             shapes = [sparse_mla_edges(definition)]
         found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]

@@ -125,6 +125,14 @@ def test_sparse_mla_edges(name):
     assert case["verdicts"] == [True], case
 
 
+def test_qsa_index_ties_at_the_cut():
+    # Cuts inside runs of exact zeros and of equal positive scores (lowest ids win), a row
+    # of exactly 512 blocks and a short one: a kernel whose sort is not stable, or that
+    # scores relu of the summed heads, fails this.
+    (case,) = _checked("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
+    assert case["verdicts"] == [True], case
+
+
 def test_grouped_gemm_small_shapes():
     # Rows of several experts in one tile and of one expert across tiles, an expert with no
     # rows between two others (a kernel that stores every row of the tile for each expert,
