@@ -7,7 +7,8 @@ then).
         [--smallest] [--edges] [--axes T=13,Y=12,X=14]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
-GEMMs, the QSA index's ties at the cut.
+GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
+attention.
 
 ``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
 those var axes replaced (stand-in inputs), for definitions whose workloads are all too
@@ -98,6 +99,18 @@ def qsa_index_edges() -> list:
     return [Q.bfloat16(), Kc.bfloat16(), table, torch.tensor(counts, dtype=torch.int32)]
 
 
+def block_causal_edges() -> list:
+    """300 tokens over three query tiles of 128 (four heads; the reference takes any H):
+    text, an image block across a tile boundary, text, a second image, text. A text query
+    sees only earlier keys; an image query also sees its whole block, later keys included."""
+    g = torch.Generator().manual_seed(7)
+    Q, K, V = (torch.randn(1, 300, 4, 128, generator=g).bfloat16() for _ in range(3))
+    ids = torch.full((300,), -1, dtype=torch.int32)
+    ids[20:160] = 0
+    ids[180:290] = 1
+    return [Q, K, V, ids]
+
+
 def grouped_gemm_shapes() -> list[list]:
     """Small hand-made grouped GEMMs (the definition's reference takes any E, N, K): rows of
     several experts in one row tile, rows of one expert across tiles, an expert between
@@ -134,6 +147,8 @@ def main() -> None:
             shapes = grouped_gemm_shapes()
         elif definition.op_type == "qsa_index":
             shapes = [qsa_index_edges()]
+        elif definition.op_type == "block_causal_attention":
+            shapes = [block_causal_edges()]
         else:
             shapes = [sparse_mla_edges(definition)]
         found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]

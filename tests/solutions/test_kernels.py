@@ -133,6 +133,13 @@ def test_qsa_index_ties_at_the_cut():
     assert case["verdicts"] == [True], case
 
 
+def test_block_causal_image_blocks_across_tiles():
+    # The stand-in workloads small enough for the interpreter are text only (causal): here
+    # two image blocks, one across a tile boundary, between runs of text.
+    (case,) = _checked("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
+    assert case["verdicts"] == [True], case
+
+
 def test_grouped_gemm_small_shapes():
     # Rows of several experts in one tile and of one expert across tiles, an expert with no
     # rows between two others (a kernel that stores every row of the tile for each expert,
