@@ -8,7 +8,7 @@ then).
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
-attention.
+attention, the mixed MLA decode's pages and empty requests.
 
 ``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
 those var axes replaced (stand-in inputs), for definitions whose workloads are all too
@@ -111,6 +111,36 @@ def block_causal_edges() -> list:
     return [Q, K, V, ids]
 
 
+def mixed_mla_edges() -> list:
+    """Four requests over caches of several pages (the stand-ins small enough for the
+    interpreter have one page of each): no valid token (zeros); FP8 tokens only; one FP4
+    token on the last page; both caches across every page with padding in between."""
+    g = torch.Generator().manual_seed(8)
+    n8, p8, n4, p4 = 2, 256, 5, 128
+
+    def pages(count, size, data_bytes, data, scales):
+        cache = torch.empty(count, size * (data_bytes + scales.shape[-1]), dtype=torch.int8)
+        cache[:, : size * data_bytes] = data.reshape(count, -1)
+        cache[:, size * data_bytes :] = scales.reshape(count, -1)
+        return cache.reshape(count, size, 1, -1)
+
+    fp8 = torch.randn(n8, p8, 512, generator=g).to(torch.float8_e4m3fn).view(torch.int8)
+    ue8m0 = torch.randint(122, 132, (n8, p8, 16), generator=g).to(torch.uint8).view(torch.int8)
+    fp4 = torch.randint(0, 256, (n4, p4, 256), generator=g).to(torch.uint8).view(torch.int8)
+    e4m3 = (torch.rand(n4, p4, 32, generator=g) + 0.1).to(torch.float8_e4m3fn).view(torch.int8)
+    KV8, KV4 = pages(n8, p8, 512, fp8, ue8m0), pages(n4, p4, 256, fp4, e4m3)
+    ids8 = torch.full((4, 1, 128), -1, dtype=torch.int32)
+    ids4 = torch.full((4, 1, 512), -1, dtype=torch.int32)
+    ids8[1, 0] = torch.randperm(n8 * p8, generator=g)[:128].to(torch.int32)
+    ids4[2, 0, 7] = (n4 - 1) * p4 + 5
+    ids8[3, 0] = torch.randperm(n8 * p8, generator=g)[:128].to(torch.int32)
+    ids4[3, 0] = torch.randperm(n4 * p4, generator=g)[:512].to(torch.int32)
+    ids8[3, 0, 40:50] = -1
+    ids4[3, 0, 100:300:3] = -1
+    Q = torch.randn(4, 1, 64, 512, generator=g).bfloat16()
+    return [Q, KV8, KV4, ids8, ids4, torch.randn(64, generator=g), 512**-0.5]
+
+
 def grouped_gemm_shapes() -> list[list]:
     """Small hand-made grouped GEMMs (the definition's reference takes any E, N, K): rows of
     several experts in one row tile, rows of one expert across tiles, an expert between
@@ -149,6 +179,8 @@ def main() -> None:
             shapes = [qsa_index_edges()]
         elif definition.op_type == "block_causal_attention":
             shapes = [block_causal_edges()]
+        elif definition.op_type == "mixed_mla":
+            shapes = [mixed_mla_edges()]
         else:
             shapes = [sparse_mla_edges(definition)]
         found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]

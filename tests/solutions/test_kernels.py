@@ -140,6 +140,14 @@ def test_block_causal_image_blocks_across_tiles():
     assert case["verdicts"] == [True], case
 
 
+def test_mixed_mla_pages_and_empty_requests():
+    # The stand-ins small enough for the interpreter have one page of each cache: here five
+    # FP4 pages and two FP8 ones (a page's scale rows after its data rows), a request with
+    # no valid token (zeros), FP8 tokens only, one FP4 token on the last page.
+    (case,) = _checked("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
+    assert case["verdicts"] == [True], case
+
+
 def test_grouped_gemm_small_shapes():
     # Rows of several experts in one tile and of one expert across tiles, an expert with no
     # rows between two others (a kernel that stores every row of the tile for each expert,
