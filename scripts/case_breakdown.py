@@ -21,6 +21,7 @@ STEPS = (
     "reference",
     "worker",
     "call",
+    "call_check",
     "device_load",
     "sizing",
     "setup",

@@ -353,9 +353,10 @@ class Referee:
                 raise CaseEnded(
                     statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count"
                 )
-            produced = worker.read(checked.outputs, job.expected)
-            self._compare("call", produced, job.expected, verdict, job.ambiguous)
-        changed = call.changed([{}], None)
+            with self.watch.span("call_check"):  # the referee's part: outputs read, compared
+                produced = worker.read(checked.outputs, job.expected)
+                self._compare("call", produced, job.expected, verdict, job.ambiguous)
+                changed = call.changed([{}], None)
         if changed:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")
         if not self.options["validation_only"]:

@@ -1,7 +1,8 @@
 """Where a case's seconds go: named spans, summed, for the row's ``breakdown``.
 
 The referee times its own steps: materializing the inputs, the reference, starting the
-worker, the checked call, the device load before timing, sizing, the samples, the
+worker, the checked call (the worker's turn; ``call_check`` the referee's reading and
+comparing of its outputs and inputs), the device load before timing, sizing, the samples, the
 checks; within the sizing and the samples, each method's ``setup`` (prepared launches, a
 graph's capture), the ``refresh`` of the input sets with fresh values before each sample
 and the ``compare`` of the sets with what was written into them after it. The lane adds
