@@ -1,6 +1,7 @@
 """What the judge trusts outside a run is authenticated: the sandbox it needs, the files it
 was pinned to, the rows it wrote, the references it cached."""
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -132,6 +133,35 @@ def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_pat
     cache.store("k", outputs)
     assert ReferenceCache(tmp_path, bytes(32)).load("k", torch.device("cpu")) is None  # other key
 
+
+
+def test_cached_references_load_as_views_of_the_authenticated_bytes(tmp_path, monkeypatch):
+    from inference_kernels.judge import reference_cache
+
+    monkeypatch.setattr(reference_cache, "CHUNK", 64)  # several chunks, hashed on threads
+    cache = ReferenceCache(tmp_path, key())
+    outputs = [  # an odd bf16 count first: the next tensor's offset is not 4-byte aligned
+        torch.arange(3, dtype=torch.bfloat16),
+        torch.linspace(-1, 1, 40).reshape(5, 8),
+        torch.tensor([[True, False]]),
+        torch.empty(0, 4, dtype=torch.int64),
+        torch.tensor([7, -2], dtype=torch.int64),
+    ]
+    cache.store("k", outputs)
+    loaded = cache.load("k", torch.device("cpu"))
+    assert [o.dtype for o in loaded] == [o.dtype for o in outputs]
+    assert all(torch.equal(a, b) for a, b in zip(loaded, outputs, strict=True))
+    data = bytearray((tmp_path / "k.safetensors").read_bytes())
+    begin = ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data))
+    views = reference_cache.views(data)  # no copies: every non-empty tensor lies in the buffer
+    inside = [begin <= v.data_ptr() < begin + len(data) for v in views.values() if v.numel()]
+    assert inside == [True] * 4
+    for index in range(len(data) - 1, len(data) - 200, -37):  # a byte in a later chunk
+        changed = bytearray(data)
+        changed[index] ^= 1
+        (tmp_path / "k.safetensors").write_bytes(changed)
+        assert cache.load("k", torch.device("cpu")) is None
+        cache.store("k", outputs)
 
 MARKUP = """from .honest import decode
 
