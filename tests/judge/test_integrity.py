@@ -134,7 +134,6 @@ def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_pat
     assert ReferenceCache(tmp_path, bytes(32)).load("k", torch.device("cpu")) is None  # other key
 
 
-
 def test_cached_references_load_as_views_of_the_authenticated_bytes(tmp_path, monkeypatch):
     from inference_kernels.judge import reference_cache
 
@@ -162,6 +161,7 @@ def test_cached_references_load_as_views_of_the_authenticated_bytes(tmp_path, mo
         (tmp_path / "k.safetensors").write_bytes(changed)
         assert cache.load("k", torch.device("cpu")) is None
         cache.store("k", outputs)
+
 
 MARKUP = """from .honest import decode
 
