@@ -187,10 +187,16 @@ class Ambiguity(Strict):
     which the definition allows, may pick either). ``function`` is a function of the
     definition's reference source, called as the reference is, with the inputs and then
     ``atol`` and ``rtol``; it returns a bool per row (the outputs' first dimension). Those
-    rows of ``outputs`` are left out of every comparison, and each verdict counts them."""
+    rows of ``outputs`` are left out of the element-wise comparison, and each verdict counts
+    them. ``accept`` names a second function of the reference source, called with the
+    inputs, then the produced ``outputs`` (in that order), then ``atol`` and ``rtol``; it
+    returns a bool per row: whether the produced row is one the definition allows (a top-k
+    that some allowed summation order selects, with its values). A marked row it does not
+    accept fails the comparison; without ``accept``, marked rows go unchecked."""
 
     function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     outputs: list[str] = Field(min_length=1)
+    accept: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Tolerance(Strict):

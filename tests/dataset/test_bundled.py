@@ -73,6 +73,7 @@ def test_workload_counts_per_model_match_the_seed(bundled):
                 "ambiguity": {
                     "function": "ambiguous_rows",
                     "outputs": ["expert_ids", "expert_weights"],
+                    "accept": "valid_routing",  # those tokens must still be a valid routing
                 },
             },
         ),
@@ -83,7 +84,11 @@ def test_workload_counts_per_model_match_the_seed(bundled):
             {
                 "atol": 0.0,
                 "rtol": 0.0,
-                "ambiguity": {"function": "ambiguous_rows", "outputs": ["block_ids"]},
+                "ambiguity": {
+                    "function": "ambiguous_rows",
+                    "outputs": ["block_ids"],
+                    "accept": "valid_selection",  # those rows must still be a valid top-512
+                },
             },
         ),
         ("mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", BF16),

@@ -78,7 +78,11 @@ def test_an_ambiguity_names_a_function_of_the_reference_and_outputs_of_the_defin
     path = dataset_copy / "tasks" / f"{router}.json"
 
     def misname(data):
-        data["tolerance"]["ambiguity"] = {"function": "ambiguous", "outputs": ["expert_idx"]}
+        data["tolerance"]["ambiguity"] = {
+            "function": "ambiguous",
+            "outputs": ["expert_idx"],
+            "accept": "valid",
+        }
 
     edit_json(path, misname)
     code, output = run_check(dataset_copy)
@@ -86,6 +90,7 @@ def test_an_ambiguity_names_a_function_of_the_reference_and_outputs_of_the_defin
     file, output = f"tasks/{router}.json", " ".join(output.split())  # unwrapped
     assert f"{file}: tolerance.ambiguity.outputs[0]: 'expert_idx' is not an output" in output
     assert f"{file}: tolerance.ambiguity.function: {router}'s reference defines no" in output
+    assert f"{file}: tolerance.ambiguity.accept: {router}'s reference defines no" in output
 
 
 def test_more_than_ten_dev_uuids_is_a_schema_error(dataset_copy):

@@ -185,17 +185,13 @@ def test_router_random_tokens_match_naive(reference):
     assert swapped != expected_ids
 
 
-def test_router_ambiguous_rows_are_the_tokens_whose_top6_cut_is_within_tolerance(dataset):
+def _router_cut(dataset):
     """Token 0: experts 5 and 6 tie exactly at the cut (any order may pick either); token 1:
-    they are 1e-5 apart, within atol 2e-5; token 2: 0.5 apart, a clear cut. A kernel that
-    routes token 0 or 1 the other way passes the task's check of both outputs; the same
-    swap on token 2 fails it."""
-    from inference_kernels.acceptance import compare
-    from inference_kernels.materialize.references import ambiguous_rows, run_reference
+    they are 1e-5 apart, within atol 2e-5; token 2: 0.5 apart, a clear cut."""
+    from inference_kernels.materialize.references import run_reference
 
     definition = dataset.definitions[ROUTER]
     tolerance = dataset.tasks[ROUTER].tolerance
-    assert tolerance.ambiguity.outputs == ["expert_ids", "expert_weights"]
     E, D = 10, 16
     X = torch.zeros(3, D)
     X[:, 0] = 1.0
@@ -209,6 +205,19 @@ def test_router_ambiguous_rows_are_the_tokens_whose_top6_cut_is_within_tolerance
     inputs[2] = bias_text.clone()
     inputs[2][6] = -1e-5  # token 1: expert 6 is 1e-5 below expert 5 (scores ~1.13 there)
     ids, weights = run_reference(definition, inputs)
+    return definition, tolerance, inputs, ids, weights
+
+
+def test_router_ambiguous_rows_are_the_tokens_whose_top6_cut_is_within_tolerance(dataset):
+    """Token 0: experts 5 and 6 tie exactly at the cut (any order may pick either); token 1:
+    they are 1e-5 apart, within atol 2e-5; token 2: 0.5 apart, a clear cut. A kernel that
+    routes token 0 or 1 the other way passes the task's check of both outputs; the same
+    swap on token 2 fails it."""
+    from inference_kernels.acceptance import compare
+    from inference_kernels.materialize.references import ambiguous_rows
+
+    definition, tolerance, inputs, ids, weights = _router_cut(dataset)
+    assert tolerance.ambiguity.outputs == ["expert_ids", "expert_weights"]
     assert ids[0].tolist()[:5] == [0, 1, 2, 3, 4] and int(ids[0, 5]) in (5, 6)  # the tie
     assert ids[1:].tolist() == [[0, 1, 2, 3, 4, 5]] * 2
     rows = ambiguous_rows(definition, tolerance, inputs, [ids, weights])
@@ -229,3 +238,45 @@ def test_router_ambiguous_rows_are_the_tokens_whose_top6_cut_is_within_tolerance
     other_weights[2] *= 1.01
     verdict = compare(other_weights, weights, tolerance, rows)
     assert not verdict.passed and verdict.worst_index[0] == 2  # the token's own index
+
+
+def test_router_marked_tokens_must_still_hold_a_routing_some_order_gives(dataset):
+    """The task's accept function (valid_routing) on the tokens of ``_router_cut``: the
+    reference's routing and, on the tied tokens 0 and 1, the other of experts 5 and 6 with
+    its own weights are accepted; a clearly worse expert, a repeated one, ids out of order
+    or out of range, and weights off by 1% or NaN are not. Before the set check a marked
+    token went unchecked: any of these passed there."""
+    from inference_kernels.materialize.references import rejected_rows
+
+    definition, tolerance, inputs, ids, weights = _router_cut(dataset)
+    assert tolerance.ambiguity.accept == "valid_routing"
+    everything = torch.ones(3, dtype=torch.bool)
+
+    def rejected(produced_ids, produced_weights):
+        produced = [produced_ids, produced_weights]
+        return rejected_rows(definition, tolerance, inputs, produced, everything).tolist()
+
+    def routed(token, experts):  # the token's weights for these experts, as the reference
+        X, W, scale = inputs[0].float(), inputs[1].float(), inputs[5]
+        scores = torch.sqrt(torch.nn.functional.softplus(X[token] @ W.T))[experts]
+        return scores / (scores.sum() + 1e-20) * scale
+
+    assert rejected(ids, weights) == [False] * 3
+    for token in (0, 1):
+        other_ids, other_weights = ids.clone(), weights.clone()
+        other_ids[token, 5] = 11 - other_ids[token, 5]
+        other_weights[token] = routed(token, other_ids[token])
+        assert rejected(other_ids, other_weights) == [False] * 3, token
+    changes = {
+        "a clearly worse expert": lambda i, w: (i.index_fill(0, torch.tensor([5]), 9), w),
+        "repeated": lambda i, w: (i.index_fill(0, torch.tensor([5]), 4), w),
+        "out of order": lambda i, w: (i.flip(0), w.flip(0)),
+        "out of range": lambda i, w: (i.index_fill(0, torch.tensor([5]), 10), w),
+        "negative": lambda i, w: (i.index_fill(0, torch.tensor([0]), -1), w),
+        "weights 1% off": lambda i, w: (i, w * 1.01),
+        "NaN weight": lambda i, w: (i, w.index_fill(0, torch.tensor([2]), float("nan"))),
+    }
+    for name, change in changes.items():
+        other_ids, other_weights = ids.clone(), weights.clone()
+        other_ids[0], other_weights[0] = change(ids[0].clone(), weights[0].clone())
+        assert rejected(other_ids, other_weights) == [True, False, False], name

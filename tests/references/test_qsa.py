@@ -126,17 +126,13 @@ def test_index_random_integer_keys_match_naive(reference):
     assert naive_topk(plain) != expected[0]
 
 
-
-def test_index_ambiguous_rows_are_those_another_summation_order_may_change(dataset):
+def _cut_rows(dataset):
     """Four rows of 600 blocks (the last of 300): 511 blocks score high, two blocks X and Y
     meet at the cut, the rest are exact zeros (all dots clearly negative). Row 0: X and Y
     clearly apart. Row 1: their dot products (8 and 8 + 2^-7, each summed from terms near
     1,000) within what another FP32 order may move them. Row 2: no Y; the cut falls among
-    exact zeros, where lower ids win in any order. Row 3: 300 blocks, nothing scored. Only
-    row 1 is marked; a kernel that picks the other of X and Y there passes, the same swap
-    on row 0 fails, and so does a higher id among row 2's zeros."""
-    from inference_kernels.acceptance import compare
-    from inference_kernels.materialize.references import ambiguous_rows, run_reference
+    exact zeros, where lower ids win in any order. Row 3: 300 blocks, nothing scored."""
+    from inference_kernels.materialize.references import run_reference
 
     definition = dataset.definitions[INDEX]
     tolerance = dataset.tasks[INDEX].tolerance
@@ -182,19 +178,75 @@ def test_index_ambiguous_rows_are_those_another_summation_order_may_change(datas
     assert ids[0].tolist() == sorted(high + [cut_x])
     assert ids[1].tolist() == sorted(high + [cut_y])
     assert ids[2].tolist() == sorted(high + [cut_x])  # the lowest of the zeros
+    return definition, tolerance, inputs, ids, (cut_x, cut_y)
+
+
+def _swapped(ids, row, old, new):
+    other = ids.clone()
+    chosen = sorted(set(other[row].tolist()) - {old} | {new})
+    other[row] = torch.tensor(chosen, dtype=torch.int32)
+    return other
+
+
+def test_index_ambiguous_rows_are_those_another_summation_order_may_change(dataset):
+    """On the rows of ``_cut_rows`` only row 1 is marked; a kernel that picks the other of X
+    and Y there passes the element-wise comparison, the same swap on row 0 fails, and so
+    does a higher id among row 2's zeros."""
+    from inference_kernels.acceptance import compare
+    from inference_kernels.materialize.references import ambiguous_rows
+
+    definition, tolerance, inputs, ids, (cut_x, cut_y) = _cut_rows(dataset)
+    assert tolerance.ambiguity.outputs == ["block_ids"]
+    assert (tolerance.atol, tolerance.rtol) == (0.0, 0.0)
+    high = [j for j in range(513) if j not in (cut_x, cut_y)]
+    assert ids[0].tolist() == sorted(high + [cut_x])
+    assert ids[1].tolist() == sorted(high + [cut_y])
+    assert ids[2].tolist() == sorted(high + [cut_x])  # the lowest of the zeros
     rows = ambiguous_rows(definition, tolerance, inputs, [ids])
     assert rows.tolist() == [False, True, False, False]
+    assert compare(_swapped(ids, 1, cut_y, cut_x), ids, tolerance, rows).passed
+    assert not compare(_swapped(ids, 1, cut_y, cut_x), ids, tolerance).passed  # without the rows
+    assert not compare(_swapped(ids, 0, cut_x, cut_y), ids, tolerance, rows).passed
+    assert not compare(_swapped(ids, 2, cut_x, 599), ids, tolerance, rows).passed
 
-    def swapped(row, old, new):
-        other = ids.clone()
-        chosen = sorted(set(other[row].tolist()) - {old} | {new})
-        other[row] = torch.tensor(chosen, dtype=torch.int32)
-        return other
 
-    assert compare(swapped(1, cut_y, cut_x), ids, tolerance, rows).passed
-    assert not compare(swapped(1, cut_y, cut_x), ids, tolerance).passed  # without the rows
-    assert not compare(swapped(0, cut_x, cut_y), ids, tolerance, rows).passed
-    assert not compare(swapped(2, cut_x, 599), ids, tolerance, rows).passed
+def test_index_marked_rows_must_still_hold_a_selection_some_order_gives(dataset):
+    """The task's accept function (valid_selection) on the rows of ``_cut_rows``: the
+    reference's ids and the other side of row 1's cut are accepted; on row 1, a zero block
+    in place of Y, a repeated id, ids out of order, an id past the row's blocks and a -1
+    are not; on row 2 a higher id among the exact zeros is not, and row 3 (nothing scored)
+    takes only 0..299 then -1. Before the set check a marked row went unchecked: any of
+    these passed there."""
+    from inference_kernels.materialize.references import ambiguous_rows, rejected_rows
+
+    definition, tolerance, inputs, ids, (cut_x, cut_y) = _cut_rows(dataset)
+    assert tolerance.ambiguity.accept == "valid_selection"
+    marked = ambiguous_rows(definition, tolerance, inputs, [ids])
+    everything = torch.ones(4, dtype=torch.bool)
+
+    def rejected(produced):
+        return rejected_rows(definition, tolerance, inputs, [produced], everything).tolist()
+
+    assert rejected(ids) == [False] * 4
+    assert rejected(_swapped(ids, 1, cut_y, cut_x)) == [False] * 4
+    assert rejected(_swapped(ids, 0, cut_x, cut_y)) == [True, False, False, False]
+    assert rejected(_swapped(ids, 1, cut_y, 599)) == [False, True, False, False]
+    assert rejected(_swapped(ids, 2, cut_x, 599)) == [False, False, True, False]
+    broken = {
+        "repeated": lambda r: torch.cat((r[:1], r[:-1])),
+        "descending": lambda r: r.flip(0),
+        "past the blocks": lambda r: torch.cat((r[:-1], torch.tensor([600], dtype=r.dtype))),
+        "padded": lambda r: torch.cat((r[:-1], torch.tensor([-1], dtype=r.dtype))),
+    }
+    for name, change in broken.items():
+        produced = ids.clone()
+        produced[1] = change(produced[1])
+        assert rejected(produced) == [False, True, False, False], name
+    short = ids.clone()
+    short[3, 299] = -1
+    assert rejected(short) == [False, False, False, True]
+    # through the judge only the marked rows are set-checked (the others compared exactly)
+    assert rejected_rows(definition, tolerance, inputs, [short], marked).tolist() == [False] * 4
 
 
 # ----------------------------------------------------------------------------- sparse GQA

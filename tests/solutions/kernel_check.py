@@ -28,7 +28,7 @@ from test_baselines import DATASET_INDEX, load_entry_point, same_bytes
 from inference_kernels.acceptance import compare
 from inference_kernels.dataset.selection import input_bytes, select
 from inference_kernels.materialize.inputs import materialize
-from inference_kernels.materialize.references import ambiguous_rows, run_reference
+from inference_kernels.materialize.references import ambiguous_rows, rejected_rows, run_reference
 
 
 def cases(name: str):
@@ -43,17 +43,25 @@ def cases(name: str):
 
 def verdicts(entry, definition, inputs, tolerance, called=None) -> list[bool]:
     """Each output's acceptance against the reference of ``inputs`` (as the judge checks
-    it: the task's ambiguous rows left out); the kernel is called on ``called`` (default:
-    the same inputs), destination passing."""
+    it: the task's ambiguous rows left out, then held to its accept function); the kernel
+    is called on ``called`` (default: the same inputs), destination passing."""
     expected = run_reference(definition, inputs)
     outputs = [torch.empty_like(e) for e in expected]
     entry(*(called or inputs), *outputs)
     rows = ambiguous_rows(definition, tolerance, inputs, expected)
     named = tolerance.ambiguity.outputs if tolerance.ambiguity else []
-    return [
+    passed = [
         compare(o, e, tolerance, rows if name in named else None).passed
         for name, o, e in zip(definition.outputs, outputs, expected, strict=True)
     ]
+    if rows is not None and all(passed):  # the marked rows must pass the set check
+        rejected = rejected_rows(definition, tolerance, inputs, outputs, rows)
+        if rejected is not None and bool(rejected.any()):
+            passed = [
+                ok and name not in named
+                for name, ok in zip(definition.outputs, passed, strict=True)
+            ]
+    return passed
 
 
 def sparse_mla_edges(definition) -> list:

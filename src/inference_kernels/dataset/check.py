@@ -246,14 +246,15 @@ def _ambiguity_problems(file: str, task: Task, definition: Definition) -> list[P
     except SyntaxError:
         return problems  # the reference's own problem, reported with the definition
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
-    if ambiguity.function not in defined:
-        problems.append(
-            Problem(
-                file,
-                "tolerance.ambiguity.function",
-                f"{definition.name}'s reference defines no function {ambiguity.function!r}",
+    for key, function in (("function", ambiguity.function), ("accept", ambiguity.accept)):
+        if function is not None and function not in defined:
+            problems.append(
+                Problem(
+                    file,
+                    f"tolerance.ambiguity.{key}",
+                    f"{definition.name}'s reference defines no function {function!r}",
+                )
             )
-        )
     return problems
 
 

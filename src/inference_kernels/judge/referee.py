@@ -25,7 +25,12 @@ from ..acceptance import compare
 from ..dataset.rooflines import work
 from ..errors import DatasetError
 from ..materialize.inputs import materialize
-from ..materialize.references import ambiguous_rows, output_problems, run_reference
+from ..materialize.references import (
+    ambiguous_rows,
+    output_problems,
+    rejected_rows,
+    run_reference,
+)
 from . import clocks, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
@@ -229,7 +234,7 @@ class Referee:
         ambiguous = self._ambiguous(job.definition, job.tolerance, inputs, expected)
         if isinstance(ambiguous, str):
             raise CaseEnded(statuses.REFERENCE_ERROR, f"{method} check: {ambiguous}")
-        self._compare(method, produced, expected, verdict, ambiguous)
+        self._compare(method, produced, expected, verdict, inputs, ambiguous)
 
     # ------------------------------------------------------------------ workers
 
@@ -320,23 +325,46 @@ class Referee:
         verdict["seconds"] = self.watch.rounded()
         return verdict
 
-    def _compare(self, method: str, produced, expected, verdict, ambiguous=None) -> None:
+    def _compare(self, method: str, produced, expected, verdict, inputs, ambiguous=None) -> None:
         """Each output against its reference (``ambiguous``: the rows the task's ambiguity
-        leaves out of the outputs it names, on these inputs)."""
+        leaves out of the element-wise comparison of the outputs it names, on ``inputs``;
+        they must then pass the task's ``accept`` function, when it has one)."""
         job = self.current
         named = job.tolerance.ambiguity.outputs if job.tolerance.ambiguity else []
+        status = {"call": None, "graph": statuses.GRAPH_OUTPUT_MISMATCH}.get(
+            method, statuses.TIMED_OUTPUT_MISMATCH
+        )
+        where = "" if method == "call" else f"{method} check, "
         for name, value, wanted in zip(job.definition.outputs, produced, expected, strict=True):
             result = compare(value, wanted, job.tolerance, ambiguous if name in named else None)
             verdict["outputs"].setdefault(method, {})[name] = result.to_dict()
             if not result.passed:
-                status = {
-                    "call": result.status,
-                    "graph": statuses.GRAPH_OUTPUT_MISMATCH,
-                }.get(method, statuses.TIMED_OUTPUT_MISMATCH)
-                where = "" if method == "call" else f"{method} check, "
                 raise CaseEnded(
-                    status, f"{where}output '{name}': {result.message or result.status}"
+                    status or result.status,
+                    f"{where}output '{name}': {result.message or result.status}",
                 )
+        if ambiguous is None or not bool(ambiguous.any()):
+            return
+        try:
+            rejected = rejected_rows(job.definition, job.tolerance, inputs, produced, ambiguous)
+        except Exception as error:  # the dataset's function failed, not the solution
+            raise CaseEnded(
+                statuses.REFERENCE_ERROR,
+                f"{where}the ambiguity's accept function raised {type(error).__name__}: {error}",
+            ) from error
+        if rejected is None:
+            return
+        count = int(rejected.sum())
+        for name in named:
+            verdict["outputs"][method][name]["accepted_rows"] = int(ambiguous.sum()) - count
+        if count:
+            first = int(torch.nonzero(rejected)[0, 0])
+            raise CaseEnded(
+                status or statuses.MISMATCH,
+                f"{where}output{'s' if len(named) > 1 else ''} {', '.join(map(repr, named))}: "
+                f"{count} of {int(ambiguous.sum())} ambiguous rows hold no selection the "
+                f"definition allows (first: row {first})",
+            )
 
     def _case(self, worker: WorkerHandle, verdict: dict[str, Any]) -> None:
         job = self.current
@@ -355,7 +383,7 @@ class Referee:
                 )
             with self.watch.span("call_check"):  # the referee's part: outputs read, compared
                 produced = worker.read(checked.outputs, job.expected)
-                self._compare("call", produced, job.expected, verdict, job.ambiguous)
+                self._compare("call", produced, job.expected, verdict, job.pristine, job.ambiguous)
                 changed = call.changed([{}], None)
         if changed:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")

@@ -113,3 +113,36 @@ def ambiguous_rows(
                 f"must return one bool per row of {name} on its device",
             )
     return rows
+
+
+def rejected_rows(
+    definition: Definition,
+    tolerance: Tolerance,
+    inputs: list[Any],
+    produced: list[Any],
+    marked: torch.Tensor,
+) -> torch.Tensor | None:
+    """The ``marked`` (ambiguous) rows whose produced values the task's ``accept`` function
+    does not accept (None when the task has none: marked rows then go unchecked). The
+    produced outputs have passed their shape, dtype and device checks; their values are a
+    solution's, so the function must hold against any of them."""
+    ambiguity = tolerance.ambiguity
+    if ambiguity is None or ambiguity.accept is None:
+        return None
+    function = compile_reference(definition, ambiguity.accept)
+    names = list(definition.outputs)
+    named = [produced[names.index(name)] for name in ambiguity.outputs]
+    with full_fp32(), torch.no_grad():
+        accepted = function(*inputs, *named, atol=tolerance.atol, rtol=tolerance.rtol)
+    if not (
+        isinstance(accepted, torch.Tensor)
+        and accepted.dtype == torch.bool
+        and accepted.shape == marked.shape
+        and accepted.device == marked.device
+    ):
+        raise DatasetError(
+            definition.name,
+            f"reference {ambiguity.accept}",
+            f"must return one bool per row of {ambiguity.outputs[0]} on its device",
+        )
+    return marked & ~accepted
