@@ -189,10 +189,11 @@ class Ambiguity(Strict):
     ``atol`` and ``rtol``; it returns a bool per row (the outputs' first dimension). Those
     rows of ``outputs`` are left out of the element-wise comparison, and each verdict counts
     them. ``accept`` names a second function of the reference source, called with the
-    inputs, then the produced ``outputs`` (in that order), then ``atol`` and ``rtol``; it
-    returns a bool per row: whether the produced row is one the definition allows (a top-k
-    that some allowed summation order selects, with its values). A marked row it does not
-    accept fails the comparison; without ``accept``, marked rows go unchecked."""
+    inputs, then the produced ``outputs`` (in that order), then ``rows`` (the marked rows:
+    only those need an answer), ``atol`` and ``rtol``; it returns a bool per row: whether the
+    produced row is one the definition allows (a top-k that some allowed summation order
+    selects, with its values). A marked row it does not accept fails the comparison;
+    without ``accept``, marked rows go unchecked."""
 
     function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     outputs: list[str] = Field(min_length=1)

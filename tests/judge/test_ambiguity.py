@@ -126,7 +126,9 @@ def test_an_ambiguous_token_routed_to_a_clearly_worse_expert_fails(tmp_path):
     (row,) = _rows(tmp_path, "junk")
     assert row["status"] == "mismatch"
     assert re.fullmatch(
-        r"outputs 'expert_ids', 'expert_weights': (\d+) of \1 ambiguous rows hold no selection "
+        # (the candidate's own ambiguity may differ from the referee's on a borderline token:
+        # its products run with another thread count, so another summation order)
+        r"outputs 'expert_ids', 'expert_weights': [1-9]\d* of \d+ ambiguous rows hold no selection "
         r"the definition allows \(first: row \d+\)",
         row["error"],
     ), row["error"]

@@ -133,7 +133,7 @@ def rejected_rows(
     names = list(definition.outputs)
     named = [produced[names.index(name)] for name in ambiguity.outputs]
     with full_fp32(), torch.no_grad():
-        accepted = function(*inputs, *named, atol=tolerance.atol, rtol=tolerance.rtol)
+        accepted = function(*inputs, *named, rows=marked, atol=tolerance.atol, rtol=tolerance.rtol)
     if not (
         isinstance(accepted, torch.Tensor)
         and accepted.dtype == torch.bool
