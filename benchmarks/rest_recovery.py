@@ -36,7 +36,8 @@ CALLS = 20  # per graph replay
 REPLAYS = 7
 BETWEEN_CASES = 1.5  # seconds of background load before each trial
 # (rest, load) in seconds; the first is the busy device. The judge's rule
-# (referee.steady_seconds): 0.05 s of load after a rest under 0.05 s, else 0.3 s.
+# (referee.steady_seconds): 0.05 s of load after a rest under 0.05 s, else 0.3 s (of which
+# the background load run since the rest counts).
 CONDITIONS = [
     (0.0, 0.05),
     (0.2, 0.05),

@@ -144,3 +144,29 @@ def test_a_lane_loads_the_gpu_between_cases_and_not_before_samples(tmp_path):
         short = row["breakdown"]["call"] < STEADY_MIN_SECONDS
         load = STEADY_MIN_SECONDS if short else STEADY_SECONDS
         assert row["breakdown"]["device_load"] < load + 0.1, row["breakdown"]
+
+
+def test_the_load_comes_back_after_the_first_call_and_stops_before_the_samples(tmp_path):
+    # The referee's two halves of a case's load on a stand-in load: after the first call the
+    # rest is the time since the load stopped (the call alone), and the load runs again
+    # while the referee checks that call; before the samples it stops, and the load they
+    # still need is what STEADY_SECONDS lack after the background load since the call.
+    from inference_kernels.judge import referee as referee_module
+
+    options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
+    referee = referee_module.Referee("cpu", options)
+    referee.busy = Busy(Recorded())
+    referee.rested_since = time.monotonic() - 0.2  # the load stopped for a 0.2 s first call
+    referee._load_again()
+    assert referee.busy.running and referee.rested == pytest.approx(0.2, abs=0.05)
+    time.sleep(0.1)  # the referee reads and compares the call's outputs under load
+    rested, loaded = referee._rest()
+    assert not referee.busy.running  # the calibration and samples run alone
+    assert rested == pytest.approx(0.2, abs=0.05) and loaded == pytest.approx(0.1, abs=0.05)
+    load = referee_module.steady_seconds(rested, loaded)
+    assert load == pytest.approx(STEADY_SECONDS - loaded) and load > STEADY_MIN_SECONDS
+    referee.rested_since = time.monotonic() - 1.0  # no load since: the rest counts from there
+    assert referee._rest()[0] == pytest.approx(1.0, abs=0.05)
+    referee.busy = Busy(None)  # no load (burst regime, CPU): nothing comes back
+    referee._load_again()
+    assert not referee.busy.running

@@ -79,10 +79,18 @@ def test_unknown_methods_are_refused():
 
 
 @pytest.mark.parametrize(
-    ("rested", "load"),
-    [(None, 0.3), (0.01, 0.05), (0.049, 0.05), (0.06, 0.3), (1.0, 0.3), (30.0, 0.3)],
+    ("rested", "loaded", "load"),
+    [
+        (None, 0.0, 0.3),
+        (0.01, 0.0, 0.05),
+        (0.049, 0.0, 0.05),
+        (0.06, 0.0, 0.3),
+        (1.0, 0.0, 0.3),
+        (30.0, 0.0, 0.3),
+        (1.0, 0.1, 0.2),  # the background load since the rest counts
+        (1.0, 0.28, 0.05),  # but never less than the short load
+        (0.01, 5.0, 0.05),
+    ],
 )
-def test_the_load_before_a_case_is_short_only_when_the_device_hardly_rested(rested, load):
-    now = 1000.0
-    since = None if rested is None else now - rested
-    assert referee.steady_seconds(since, now) == pytest.approx(load)
+def test_the_load_before_a_case_is_short_only_when_the_device_hardly_rested(rested, loaded, load):
+    assert referee.steady_seconds(rested, loaded) == pytest.approx(load)

@@ -6,8 +6,10 @@ a second in which the device would rest. Before, each case paid a load as long a
 rest (0.2-1 s) so that its samples started from the clocks of sustained work: on the
 H200 that load was a third of an audit's time (docs/measurements/case-breakdown.md).
 Instead the referee keeps the device loaded in the background through that second, and
-stops the load at the case's first call, which the solution runs alone; its samples then
-follow a short load (0.05 s when that call was shorter, else 0.3 s: referee.steady_seconds).
+stops the load for the case's first call, which the solution runs alone (it may tune
+itself there); the load comes back once that call is done, while the referee checks its
+outputs, and stops again before the calibration and samples, which follow a short load
+(0.05 s when the first call was shorter, else what 0.3 s lack: referee.steady_seconds).
 The device hardly rests, which is the state the sustained regime names (a busy server),
 and nothing of the solution runs beside the load.
 

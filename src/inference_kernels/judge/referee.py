@@ -49,9 +49,13 @@ from .workers import CaseEnded, WorkerHandle, start_or_fail
 # solution can skip it to be timed on a cooler chip.
 PREHEAT_SECONDS = 10.0
 # Between cases the device is kept busy in the background (busy.py) until the case's first
-# call, which the solution runs alone. Its samples then follow a load, so that every case
-# starts from the clocks of sustained work: STEADY_MIN_SECONDS when that call hardly let the
-# device rest, else STEADY_SECONDS whatever the rest. A load as long as the rest missed that
+# call, which the solution runs alone, and again from the end of that call while the referee
+# checks it. Its samples then follow a load, so that every case starts from the clocks of
+# sustained work: STEADY_MIN_SECONDS when that call hardly let the device rest, else
+# STEADY_SECONDS whatever the rest (the background load since the call counts towards
+# it). Before, the rest also counted the referee's reading and comparing of the call's
+# outputs: on the H200 most cases whose call took under 0.05 s then paid 0.3 s
+# (docs/measurements/case-breakdown.md, eleventh session). A load as long as the rest missed that
 # state both ways on the H200 (benchmarks/rest_recovery.py, docs/measurements/h200-regimes.md,
 # ninth session): after 1 s of rest, 0.05 s of load left the SM clock at 1,950-1,980 MHz and
 # a GEMM 1-3% faster than on the busy device (the clock falls only after 0.18 s of load),
@@ -102,13 +106,14 @@ def sets_budget_cuda(free: int, share: int = 1) -> int:
     return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX // max(1, share))
 
 
-def steady_seconds(rested_since: float | None, now: float) -> float:
-    """The load before a case's samples in the sustained regime: STEADY_MIN_SECONDS when
-    the device rested less than that since the background load stopped, else (or when
-    nothing was timed or loaded in this lane yet) STEADY_SECONDS."""
-    if rested_since is not None and now - rested_since < STEADY_MIN_SECONDS:
+def steady_seconds(rested: float | None, loaded: float = 0.0) -> float:
+    """The load before a case's samples in the sustained regime, after the device
+    ``rested`` seconds (None: nothing loaded it in this lane yet) and was then loaded again
+    for ``loaded`` seconds: STEADY_MIN_SECONDS when it rested less than that, else what
+    STEADY_SECONDS of load lack, and at least STEADY_MIN_SECONDS."""
+    if rested is not None and rested < STEADY_MIN_SECONDS:
         return STEADY_MIN_SECONDS
-    return STEADY_SECONDS
+    return max(STEADY_MIN_SECONDS, STEADY_SECONDS - loaded)
 
 
 @dataclass
@@ -138,6 +143,8 @@ class Referee:
         self.workers: dict[str, WorkerHandle | str] = {}
         self.preheated = False
         self.rested_since: float | None = None  # the end of the last load or samples
+        self.rested: float | None = None  # how long the device rested for a first call
+        self.loaded_since = 0.0  # when the background load came back after that call
         sustained = options.get("regime", "sustained") == "sustained"
         loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
         self.busy = Busy(products(self.device) if loaded else None)  # between cases
@@ -377,6 +384,7 @@ class Referee:
             self.rested_since = time.monotonic()
         with self.watch.span("call"):
             checked = worker.ask(message, fds, protocol.Checked)
+            self._load_again()
             if len(checked.outputs) != len(job.expected):
                 raise CaseEnded(
                     statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count"
@@ -389,6 +397,27 @@ class Referee:
             raise CaseEnded(statuses.INPUT_MUTATED, f"input(s) {', '.join(changed)} changed (call)")
         if not self.options["validation_only"]:
             self._time(worker, verdict, checked.seconds)
+
+    def _load_again(self) -> None:
+        """After the solution's first call: the device rested for that call alone (or
+        since it was last loaded), and the background load comes back while the referee
+        reads and compares the outputs."""
+        if self.busy.work is None:
+            return
+        now = time.monotonic()
+        self.rested = None if self.rested_since is None else now - self.rested_since
+        self.busy.start()
+        self.loaded_since = now
+
+    def _rest(self) -> tuple[float | None, float]:
+        """Before a case's samples: how long the device rested (None: nothing loaded it in
+        this lane yet) and how long it has been loaded again since; the background load
+        stops here, and the solution's calibration and samples run alone."""
+        now = time.monotonic()
+        if self.busy.running:
+            self.busy.stop()
+            return self.rested, now - self.loaded_since
+        return (None if self.rested_since is None else now - self.rested_since), 0.0
 
     def _fit(self, worker: WorkerHandle) -> tuple[int, bool]:
         """How many calls a sample may have: input sets that fit in memory, and outputs the
@@ -443,10 +472,11 @@ class Referee:
         regime = self.options.get("regime", "sustained")
         with self.watch.span("device_load"):
             if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
+                rested, loaded = self._rest()
                 if not self.preheated:
                     timing.load(self.device, PREHEAT_SECONDS)
                     self.preheated = True
-                timing.load(self.device, steady_seconds(self.rested_since, time.monotonic()))
+                timing.load(self.device, steady_seconds(rested, loaded))
             elif self.device.type == "cuda":  # burst: the clocks of a device that was resting
                 time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
