@@ -361,7 +361,11 @@ def _keeper(cache: Path | None, definition, workload, device: str):
 
 def _reference_table(runs) -> None:
     table = Table(title="reference runs")
-    for column in ("definition", "axes", "inputs", "status", "make s", "ref s", "peak MiB"):
+    columns = ["definition", "axes", "inputs", "status", "make s", "ref s", "peak MiB"]
+    kept = any(r.keep_seconds for r in runs)
+    if kept:  # --cache: the time to store each reference in it
+        columns.insert(6, "cache s")
+    for column in columns:
         table.add_column(column, justify="right" if column.endswith(("s", "MiB")) else "left")
     for r in runs:
         status = "[green]passed[/green]" if r.status == "passed" else f"[red]{r.status}[/red]"
@@ -373,6 +377,7 @@ def _reference_table(runs) -> None:
             status,
             f"{r.materialize_seconds:.2f}",
             f"{r.reference_seconds:.2f}",
+            *([f"{r.keep_seconds:.2f}"] if kept else []),
             f"{r.peak_memory_bytes / 2**20:.0f}",
         )
     console.print(table)
