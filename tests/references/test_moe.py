@@ -280,3 +280,39 @@ def test_router_marked_tokens_must_still_hold_a_routing_some_order_gives(dataset
         other_ids, other_weights = ids.clone(), weights.clone()
         other_ids[0], other_weights[0] = change(ids[0].clone(), weights[0].clone())
         assert rejected(other_ids, other_weights) == [True, False, False], name
+
+
+def test_router_set_check_scales_the_tolerance_as_the_ambiguity_does(dataset):
+    """Found by a red-team trial of the set check: the 6th biased score 0, the 7th -2.0001e-5
+    (within atol 2e-5 + rtol 1e-4 * |7th|): the token is marked, and the other side of its
+    cut, with its own weights, was rejected (its tolerance scaled by the 6th, not the 7th)."""
+    import torch.nn.functional as F
+
+    from inference_kernels.materialize.references import (
+        ambiguous_rows,
+        rejected_rows,
+        run_reference,
+    )
+
+    definition, tolerance = dataset.definitions[ROUTER], dataset.tasks[ROUTER].tolerance
+    X = torch.zeros(1, 16)
+    X[:, 0] = 1.0
+    W = torch.zeros(10, 16)
+    W[:, 0] = torch.tensor([6.0, 5.0, 4.0, 3.0, 2.0, -12.0, -12.0, -1.0, -2.0, -3.0])
+    X, W = X.bfloat16(), W.bfloat16()
+    scores = torch.sqrt(F.softplus(X.float() @ W.float().T))[0]
+    bias = torch.full((10,), -10.0)
+    bias[:5] = 0.0
+    bias[5] = -scores[5]  # the 6th biased score: exactly 0
+    bias[6] = -scores[6] - 2.00005e-5  # the 7th: about -2.0001e-5 in FP32
+    seventh = float(scores[6] + bias[6])
+    assert 2e-5 < -seventh <= 2e-5 + 1e-4 * -seventh
+    inputs = [X, W, bias, bias.clone(), torch.tensor([False]), 1.5]
+    ids, weights = run_reference(definition, inputs)
+    marked = ambiguous_rows(definition, tolerance, inputs, [ids, weights])
+    assert ids.tolist() == [[0, 1, 2, 3, 4, 5]] and marked.tolist() == [True]
+    flipped = torch.tensor([[0, 1, 2, 3, 4, 6]])
+    picked = scores[flipped[0]]
+    flipped_weights = (picked / (picked.sum() + 1e-20) * 1.5)[None]
+    produced = [flipped, flipped_weights]
+    assert rejected_rows(definition, tolerance, inputs, produced, marked).tolist() == [False]

@@ -354,3 +354,66 @@ def test_a_block_past_the_complete_blocks_is_outside_the_contract(dataset):
     assert constraints.evaluate(rule, values) is False
     values["block_ids"] = torch.tensor([block_row([0, 4])])
     assert constraints.evaluate(rule, values) is True
+
+
+def _one_row(keys, Q):
+    """One row over ``keys`` [n, 128] (pages in order), bf16 inputs for the index."""
+    n, page = keys.shape[0], 16
+    pool = torch.zeros(-(-n // page), page, 1, 128)
+    pool.view(-1, 128)[:n] = keys
+    table = torch.arange(pool.shape[0], dtype=torch.int32)[None]
+    return [Q.bfloat16(), pool.bfloat16(), table, torch.tensor([n], dtype=torch.int32)]
+
+
+def test_index_set_check_cuts_ties_at_zero_and_holds_below_the_normal_range(dataset):
+    """Found by a red-team trial of the set check. Block X (511) has a dot of -2^-7 summed
+    from terms near 1,000: 0 in the reference's order, maybe above 0 in another, never
+    below (a sum of relus). Keeping the exact zero 512 over X is no order's selection (X
+    beats it or ties, and the lower id wins a tie); it was accepted. And with products
+    below FP32's normal range (block 599: |q| and |k| near 2^-75, exact dot -6 * 2^-149)
+    the reference's order scores 599 above 0 and keeps it: the bound had underflowed to 0
+    there, so 599 counted as an exact zero kept over lower ids, and the reference's own
+    output was rejected, as was the sequential order without fused multiply-adds."""
+    from inference_kernels.materialize.references import ambiguous_rows, rejected_rows
+
+    definition, tolerance = dataset.definitions[INDEX], dataset.tasks[INDEX].tolerance
+    keys = torch.zeros(600, 128)
+    keys[:511, 0] = 100.0
+    keys[511, :3] = torch.tensor([1024.0, -1024.0, -(2.0**-7)])
+    keys[512:, 0] = -50.0  # exact zeros: every dot clearly negative, or every product 0
+    Q = torch.zeros(1, 4, 128)
+    Q[0, 0, :3] = 1.0
+
+    def rejected(inputs, marked, tail):
+        produced = torch.tensor([list(range(511)) + [tail]], dtype=torch.int32)
+        return rejected_rows(definition, tolerance, inputs, [produced], marked).tolist()
+
+    inputs = _one_row(keys, Q)
+    (ids,) = run_reference_of(definition, inputs)
+    marked = ambiguous_rows(definition, tolerance, inputs, [ids])
+    assert ids[0, -1] == 511 and marked.tolist() == [True]
+    assert rejected(inputs, marked, 511) == [False]  # the reference's
+    assert rejected(inputs, marked, 512) == [True]  # an exact zero kept over X
+    assert rejected(inputs, marked, 513) == [True]
+
+    keys[599, 3:75] = 1.5 * 2.0**-75
+    keys[599, 75:123] = -2.5 * 2.0**-75
+    Q[0, 1, 3:] = 2.0**-75  # head 1 reads only block 599's small values
+    inputs = _one_row(keys, Q)
+    (ids,) = run_reference_of(definition, inputs)
+    marked = ambiguous_rows(definition, tolerance, inputs, [ids])
+    assert ids[0, -1] == 599 and marked.tolist() == [True]
+    assert rejected(inputs, marked, 599) == [False]  # the reference's own output
+    q, k = inputs[0][0].float(), inputs[1].view(-1, 128)[:600].float()
+    products = k[:, None, :] * q[None, :, :]  # rounded to FP32, then summed in order
+    sums = torch.zeros(600, 4)
+    for d in range(128):
+        sums = sums + products[..., d]
+    assert float(sums[599, 1]) > 0  # this order keeps 599 too
+    assert rejected(inputs, marked, 512) == [True]
+
+
+def run_reference_of(definition, inputs):
+    from inference_kernels.materialize.references import run_reference
+
+    return run_reference(definition, inputs)
