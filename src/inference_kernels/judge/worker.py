@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .. import schema, statuses
+from .. import cpu_math, schema, statuses
 from ..dataset.shapes import declared_shape
 from ..dtypes import torch_dtype
 from . import cuda_ipc
@@ -373,6 +373,7 @@ def main() -> None:
     # A cpp/cuda solution is compiled here, before anything is timed (within the referee's
     # wait for "loaded": the worker's timeout).
     build = Build.from_dict(init["build"]) if init.get("build") else None
+    cpu_math.warm()  # before any solution code runs (the first sqrt of a process, cpu_math.py)
     try:
         worker.loaded = load_package(
             worker.solution, worker.definition, Path(init["package"]), build

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .. import cpu_math
 from ..dataset.shapes import declared_shape
 from ..dataset.signature import signature_problem
 from ..dtypes import dtype_name, torch_dtype
@@ -26,6 +27,7 @@ def compile_reference(definition: Definition, function: str = "run") -> Callable
     problem = signature_problem(definition)
     if problem:
         raise DatasetError(definition.name, "reference", problem)
+    cpu_math.warm()  # before any reference computes (the first sqrt of a process, cpu_math.py)
     namespace: dict[str, Any] = {"__name__": f"reference_{definition.name}"}
     exec(compile(definition.reference, f"<reference {definition.name}>", "exec"), namespace)
     if not callable(namespace.get(function)):
