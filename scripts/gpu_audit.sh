@@ -6,7 +6,12 @@
 # REFERENCES=1 fills the reference cache for the whole dataset, says how long it took (the
 # cold-cache cost: 555 s on the H200 at 3d33bbb) and stops: run it in a call of its own (in
 # one call with an audit part, the fill left the part no time). The cache stays on the
-# machine while it is held (warm: make the next call within 30 s).
+# machine while it is held (warm: make the next call within 30 s). FILL=1 fills the cache
+# for the part's definitions, then audits them in the same call.
+# DEFINITIONS="name ..." limits the part to those definitions (the fill and the audit): a
+# part that covers a few definitions in full fits one call with its own fill, and its
+# report stands alone, so the audit can be done in parts across sessions at one commit
+# (give each part its own REPORT and OUT).
 #   device run: export INFERENCE_KERNELS_CONFIG=$PWD/results/ikconfig; bash scripts/gpu_audit.sh
 set -uo pipefail
 PART_SECONDS=${PART_SECONDS:-520}
@@ -16,21 +21,26 @@ OUT=${OUT:-results/audit}
 source scripts/gpu_setup.sh >/dev/null
 mkdir -p "$(dirname "$REPORT")" "$OUT"
 began=$(date +%s)
-if [[ ${REFERENCES:-0} == 1 ]]; then
+only=()
+for name in ${DEFINITIONS:-}; do only+=(-d "$name"); done
+if [[ ${REFERENCES:-0} == 1 || ${FILL:-0} == 1 ]]; then
   timeout "$PART_SECONDS" python3 -m inference_kernels.cli reference --suite all --device cuda \
-    --cache "$CACHE" > "$OUT/references.log" 2>&1
+    "${only[@]}" --cache "$CACHE" > "$OUT/references.log" 2>&1
   echo "references rc=$? seconds=$(( $(date +%s) - began ))"
-  exit 0
+  [[ ${REFERENCES:-0} == 1 ]] && exit 0
 fi
 # the audit judges each definition's baseline (task files), not our other kernels
-mapfile -t baselines < <(python3 -c "
-import json, pathlib
+mapfile -t baselines < <(DEFINITIONS="${DEFINITIONS:-}" python3 -c "
+import json, os, pathlib
+wanted = set(os.environ['DEFINITIONS'].split())
 for path in sorted(pathlib.Path('dataset/tasks').glob('*.json')):
-    print('-s'); print(json.loads(path.read_text())['baseline'])")
+    task = json.loads(path.read_text())
+    if not wanted or task['definition'] in wanted:
+        print('-s'); print(task['baseline'])")
 left=$(( PART_SECONDS - ($(date +%s) - began) ))
 if [[ -s $REPORT ]]; then again=--resume; else again=--overwrite; fi
 timeout "$left" python3 -m inference_kernels.cli run --device cuda --suite all --methods graph \
-  "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
+  "${only[@]}" "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
 echo "audit part rc=$? seconds=$(( $(date +%s) - began ))"
 [[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
 python3 scripts/case_breakdown.py "$REPORT" | tail -17
