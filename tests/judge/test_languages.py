@@ -268,9 +268,10 @@ def test_the_cpp_folder_that_new_writes_builds_and_is_judged(cache, tmp_path):
     folder = tmp_path / "mine"
     written = write(load(ROOT / "dataset").definitions[GEMM], "cpp", folder, "me")
     assert sorted(p.name for p in written) == ["main.cpp", "solution.json"]
-    assert "torch::Tensor run(torch::Tensor A, torch::Tensor W, torch::Tensor bias)" in (
-        folder / "main.cpp"
-    ).read_text()
+    assert (
+        "torch::Tensor run(torch::Tensor A, torch::Tensor W, torch::Tensor bias)"
+        in (folder / "main.cpp").read_text()
+    )
     request = Request(
         definitions=[GEMM],
         solutions=[],

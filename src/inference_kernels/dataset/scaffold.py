@@ -181,9 +181,7 @@ def write(definition: Definition, language: str, folder: Path, author: str) -> l
         "description": f"A {language} solution for {definition.name}.",
         "spec": {
             "language": language,
-            "target_hardware": {"python": ["cpu", "cuda"], "cpp": ["cpu"]}.get(
-                language, ["cuda"]
-            ),
+            "target_hardware": {"python": ["cpu", "cuda"], "cpp": ["cpu"]}.get(language, ["cuda"]),
             "entry_point": entry,
             "destination_passing_style": False,
         },

@@ -115,14 +115,27 @@ class Lane:
         self.requests.put(request)
         return self._wait(op, seconds)
 
-    def run_job(self, job: Job) -> None:
-        request = {
-            "op": "prepare",
+    def _inputs(self, job: Job) -> dict[str, Any]:
+        """What names a job's inputs (the referee's prefetch keys on these fields)."""
+        return {
             "definition": job.definition.model_dump_json(),
             "workload": job.workload.model_dump(mode="json"),
             "capture": job.capture.model_dump(mode="json") if job.capture else None,
-            "roofline": job.roofline.model_dump(mode="json") if job.roofline else None,
             "data_root": str(self.options.data_root),
+        }
+
+    def _prefetching(self) -> bool:
+        if self.options.prefetch is None:  # on CUDA: on the CPU it would share the timed cores
+            return self.device.startswith("cuda")
+        return self.options.prefetch
+
+    def run_job(self, job: Job, following: Job | None = None) -> None:
+        """Judge every solution of ``job``; the referee makes the inputs of ``following``
+        (the lane's next job) while they run (prefetch.py)."""
+        request = {
+            "op": "prepare",
+            **self._inputs(job),
+            "roofline": job.roofline.model_dump(mode="json") if job.roofline else None,
             "tolerance": job.task.tolerance.model_dump(),
             "timing": job.task.timing.model_dump(),
             "solutions": [solution.name for solution in job.solutions],
@@ -134,6 +147,8 @@ class Lane:
             if prepared is None or (prepared.get("ok") and self.process is None):
                 prepared = self._ask(request, "prepared", self.options.reference_timeout)
                 parts.update(prepared.get("seconds", {}))  # the workload's: on its first row
+                if following is not None and self.process is not None and self._prefetching():
+                    self.requests.put({"op": "prefetch", **self._inputs(following)})
             if not prepared.get("ok"):
                 row.status, row.error = prepared["status"], prepared["error"]
             else:

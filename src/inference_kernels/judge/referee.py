@@ -35,6 +35,7 @@ from . import clocks, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
 from .logs import redirect_output
+from .prefetch import Prefetcher
 from .reference_cache import ReferenceCache, reference_key
 from .sampling import Sampler
 from .schedule import Plan, plan
@@ -152,6 +153,7 @@ class Referee:
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
         self.share = 1  # solutions in the current job: each worker's share of the sets cap
+        self.prefetcher = Prefetcher()  # the next workload's inputs (prefetch.py)
 
     # ------------------------------------------------------------------ workloads
 
@@ -168,13 +170,18 @@ class Referee:
         watch = Stopwatch()
         try:
             with watch.span("inputs"):
-                made = materialize(
-                    definition,
-                    workload,
-                    data_root=Path(message["data_root"]),
-                    device=self.device,
-                    capture=capture,
-                )
+                made = self.prefetcher.take(message)  # made while the last case ran
+                if made is not None:
+                    made = made.to(self.device)
+                    print(f"inputs of {workload.uuid} made ahead", flush=True)
+                else:
+                    made = materialize(
+                        definition,
+                        workload,
+                        data_root=Path(message["data_root"]),
+                        device=self.device,
+                        capture=capture,
+                    )
         except DatasetError as error:
             return {"ok": False, "status": statuses.INPUT_ERROR, "error": str(error)}
         key = reference_key(definition, workload, str(self.device))
@@ -297,6 +304,7 @@ class Referee:
 
     def close(self) -> None:
         self.busy.stop()
+        self.prefetcher.close()
         for name in list(self.workers):
             self._retire(name)
 
@@ -568,6 +576,9 @@ def main(device: str, requests, replies, options: dict[str, Any], log: str) -> N
         if op == "exit":
             referee.close()
             return
+        if op == "prefetch":  # no answer: the inputs are taken by the next prepare
+            referee.prefetcher.ask(request)
+            continue
         try:
             reply = referee.prepare(request) if op == "prepare" else referee.judge(request)
         except Exception as error:

@@ -49,6 +49,7 @@ class Options:
     regime: str = "sustained"
     methods: tuple[str, ...] = METHODS  # what a case times
     kernel_times: bool = False  # and its kernels' CUPTI durations (referee.py)
+    prefetch: bool | None = None  # the next workload's inputs made during a case; None: on CUDA
     device_type: str = "cpu"  # "cuda" or "cpu": what a Ray task asks for (ray_backend.py)
 
     @property
@@ -77,15 +78,23 @@ def run_jobs(
     ]
     errors: list[BaseException] = []
 
-    def drain(lane: Lane) -> None:
+    def take() -> Job | None:
         try:
-            while not errors:
-                try:
-                    job = pending.get_nowait()
-                except queue.Empty:
-                    return
+            return pending.get_nowait()
+        except queue.Empty:
+            return None
+
+    def drain(lane: Lane) -> None:
+        # A lane holds its next job while it runs one, so that its referee can make that
+        # job's inputs in the meantime (prefetch.py); at the end of a run a lane may so
+        # hold one job another lane would have started sooner.
+        try:
+            job = take()
+            while job is not None and not errors:
                 before_job()
-                lane.run_job(job)
+                following = take()
+                lane.run_job(job, following)
+                job = following
         except BaseException as error:
             errors.append(error)
         finally:

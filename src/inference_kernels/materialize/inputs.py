@@ -38,6 +38,13 @@ class Materialized:
             return CAPTURED
         return STANDIN if kinds == {STANDIN} else "mixed"
 
+    def to(self, device: str | torch.device) -> Materialized:
+        """The same inputs with every tensor on ``device`` (made on the CPU elsewhere:
+        judge/prefetch.py, which leaves model parameters, kept per device, to
+        ``materialize``)."""
+        values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in self.values]
+        return Materialized(self.names, values, self.origins, self.generator, self.metadata)
+
     def nbytes(self) -> int:
         return sum(v.numel() * v.element_size() for v in self.values if isinstance(v, torch.Tensor))
 

@@ -35,6 +35,12 @@ GENERATORS: list[tuple[str, Generator]] = [
 ]
 
 
+# The generators whose stand-ins include a model parameter (``StandinContext.parameter``):
+# kept by the process that made them, with a copy on each device (``parameter_on``), so
+# only that process should make them (judge/prefetch.py leaves these to the referee).
+MODEL_PARAMETERS = {"moe.grouped_gemm"}
+
+
 def generator_for(definition: Definition) -> tuple[str, Generator]:
     """The generator's label (``module.function``) and the function itself."""
     for prefix, function in GENERATORS:
@@ -50,4 +56,4 @@ def generate(
     return label, function(StandinContext(definition, workload, capture))
 
 
-__all__ = ["STANDIN_VERSION", "generate", "generator_for", "parameter_on"]
+__all__ = ["MODEL_PARAMETERS", "STANDIN_VERSION", "generate", "generator_for", "parameter_on"]

@@ -21,7 +21,9 @@ import torch
 
 STANDIN_VERSION = "2"  # bump when any generator's output changes
 CHUNK = 1 << 22  # elements per independently seeded chunk of a large tensor
-_THREADS = min(16, os.cpu_count() or 1)
+# Threads that draw a large tensor's chunks (the values do not depend on it); a helper that
+# draws beside timed work takes fewer (judge/prefetch.py).
+_THREADS = int(os.environ.get("INFERENCE_KERNELS_STANDIN_THREADS") or min(16, os.cpu_count() or 1))
 
 
 class Stream:
