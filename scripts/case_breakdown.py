@@ -27,6 +27,8 @@ STEPS = (
     "setup",
     "refresh",
     "samples",
+    "clocks",
+    "keep",
     "compare",
     "checks",
     "fresh",

@@ -275,10 +275,12 @@ class Sampler:
         method = phase.method
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
-        self._probe(method, index)
-        if self.clock is not None and (reading := self.clock()) is not None:
-            phase.clocks.readings.append(reading)
-        self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
+        with self.watch.span("clocks"):  # the idle probe and the NVML readings
+            self._probe(method, index)
+            if self.clock is not None and (reading := self.clock()) is not None:
+                phase.clocks.readings.append(reading)
+        with self.watch.span("keep"):  # one call's outputs copied out for the checks
+            self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
         phase.samples.append(reply.us)
         phase.outside.append(seconds)

@@ -4,8 +4,10 @@ The referee times its own steps: materializing the inputs, the reference, starti
 worker, the checked call (the worker's turn; ``call_check`` the referee's reading and
 comparing of its outputs and inputs), the device load before timing, sizing, the samples, the
 checks; within the sizing and the samples, each method's ``setup`` (prepared launches, a
-graph's capture), the ``refresh`` of the input sets with fresh values before each sample
-and the ``compare`` of the sets with what was written into them after it. The lane adds
+graph's capture), the ``refresh`` of the input sets with fresh values before each sample,
+after it the ``clocks`` (the idle probe, the NVML readings), the ``keep`` (one call's
+outputs copied out for the checks) and the ``compare`` of the sets with what was written
+into them. The lane adds
 the start of the referee process (``referee``, on the first case of a lane and after a
 referee died) and the rest of the case's wall time as ``other`` (messages between the
 processes, rows written). Read with ``scripts/case_breakdown.py``.
