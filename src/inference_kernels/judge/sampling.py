@@ -148,12 +148,17 @@ class Sampler:
                 break
         return per_call
 
-    def _setup(self, method: str, iters: int, launch: str | None) -> str | None:
+    def _setup(
+        self, method: str, iters: int, launch: str | None, extend: bool = False
+    ) -> str | None:
         """Prepare the method's launches or capture its graph; the reason it cannot be
-        timed, if it cannot."""
+        timed, if it cannot. ``extend``: the sets are those of the graph already captured,
+        which then only captures the calls it lacks."""
         setup = {"op": "method", "method": method, "calls": iters, "warmup": self.plan.warmup}
         if launch:
             setup["launch"] = launch
+        if extend:
+            setup["extend"] = True
         with self.watch.span("setup"):
             if method != "graph":  # only a graph may be unavailable (one that cannot be captured)
                 self.worker.ask(setup, [], protocol.Ready)
@@ -228,7 +233,8 @@ class Sampler:
         errors = {}
         for method, phase in phases.items():
             if method != "eager" and (grown or phase.iters != self.plan.iters or phase.resampled):
-                error = self._setup(method, phase.iters, phase.launch)
+                # grown: new sets, and the launches on the old ones are gone
+                error = self._setup(method, phase.iters, phase.launch, extend=not grown)
                 if error is not None:
                     errors[method] = error
                     continue

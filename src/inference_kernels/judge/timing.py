@@ -165,6 +165,28 @@ def capture(slots: list[Slot], warmup: int, device: torch.device) -> tuple[Any, 
     return graph, outputs
 
 
+class Graphs:
+    """A method's captured calls, in one or more graphs replayed in order, one after
+    another. A graph sized after its first capture grows by a graph of its new calls only
+    (``Worker.method``'s ``extend``): the calls it had are not captured a second time."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.outputs: list[Any] = []  # each captured call's outputs, in call order
+
+    @property
+    def calls(self) -> int:
+        return len(self.outputs)
+
+    def add(self, graph: Any, outputs: list[Any]) -> None:
+        self.parts.append(graph)
+        self.outputs += outputs
+
+    def replay(self) -> None:
+        for part in self.parts:
+            part.replay()
+
+
 def replay(graph: Any, calls: int, device: torch.device) -> tuple[float, float]:
     """One timed replay of ``graph`` (``calls`` captured calls): (microseconds per call,
     host microseconds per call up to a device-wide synchronize)."""

@@ -80,8 +80,7 @@ class Worker:
         self.sets: list[list[Any]] = []
         self.buffers: list[list[torch.Tensor]] = []  # DPS outputs per set
         self.launches: dict[str, list[Any]] = {}  # per method, its prepared launches
-        self.graph: Any = None
-        self.graph_outputs: list[list[Any]] = []
+        self.graph: timer.Graphs | None = None
         self.kept: list[Any] = []  # the last sample's outputs, until the next message
         self.last_refs: dict[str, list] = {}  # per method, its last sample's references
 
@@ -206,30 +205,39 @@ class Worker:
 
     def method(self, message: dict[str, Any]) -> dict[str, Any]:
         """Set up ``method`` for samples of ``calls`` calls. Methods set up earlier stay
-        ready (the referee interleaves their samples); setting one up again replaces it."""
+        ready (the referee interleaves their samples); setting one up again replaces it,
+        except that a graph told to ``extend`` (its sets unchanged since its capture, now
+        sized for more calls) keeps its calls and captures only the new ones."""
         method, calls, warmup = message["method"], message["calls"], message["warmup"]
         if calls > len(self.sets):  # the referee maps enough sets first; never reuse one
             raise CallFailed(
                 statuses.TIMING_ERROR, f"{method}: {calls} calls, {len(self.sets)} sets"
             )
-        self.launches.pop(method, None)
-        if method == "graph":
-            self.graph, self.graph_outputs = None, []
+        graph = self.graph if method == "graph" and message.get("extend") else None
+        first = graph.calls if graph is not None and graph.calls < calls else 0
+        if not first:
+            self.launches.pop(method, None)
+            if method == "graph":
+                self.graph = None
         self.last_refs.pop(method, None)
         self.outbox.forget()  # a graph released its memory: its segments are not the same
         try:
             if method in ("prepared", "graph") and self.loaded.prepare is not None:
                 if method == "prepared" or message.get("launch") == "prepared":
-                    self.launches[method] = [self.loaded.prepare(*s) for s in self.sets[:calls]]
+                    made = [self.loaded.prepare(*s) for s in self.sets[first:calls]]
+                    self.launches[method] = self.launches.get(method, [])[:first] + made
         except Exception as error:
             raise CallFailed(statuses.TIMING_ERROR, f"prepare: {_one_line(error)}") from None
         if method == "graph":
-            slots = [self._slot(i, method) for i in range(calls)]
+            slots = [self._slot(i, method) for i in range(first, calls)]
             try:
-                self.graph, self.graph_outputs = timer.capture(slots, warmup, self.device)
+                captured, outputs = timer.capture(slots, warmup, self.device)
             except Exception as error:
                 self._synchronize()
+                self.graph = None
                 return {"op": "unavailable", "method": method, "error": _one_line(error)}
+            self.graph = self.graph if first else timer.Graphs()
+            self.graph.add(captured, outputs)
         return {"op": "ready", "method": method}
 
     def go(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -237,8 +245,10 @@ class Worker:
         self.kept = []
         try:
             if method == "graph":
+                if self.graph is None or self.graph.calls != calls:
+                    raise CallFailed(statuses.TIMING_ERROR, f"graph: no graph of {calls} calls")
                 us, host_us = timer.replay(self.graph, calls, self.device)
-                produced = self.graph_outputs
+                produced = self.graph.outputs
             else:
                 slots = [self._slot(i % len(self.sets), method) for i in range(calls)]
                 us, host_us, produced = timer.sample(slots, self.device)
@@ -295,7 +305,7 @@ class Worker:
         self._synchronize()
         self.kept = []
         self.inputs, self.sets, self.buffers, self.launches = [], [], [], {}
-        self.graph, self.graph_outputs = None, []
+        self.graph = None
         if self.imports is not None:
             self.imports.close()
         for mapped in self.maps:
