@@ -62,3 +62,24 @@ def test_without_a_signaller_the_referee_forks_as_before(sleepers, monkeypatch):
     monkeypatch.setattr(signals._signaller, "send", lambda uid, signum: False)
     signals.signal_uid(UID, signal.SIGKILL)
     assert _settled(lambda: all(p.poll() is not None for p in sleepers))
+
+
+def test_a_workers_thaw_is_its_uids_signal_alone(sleepers, monkeypatch):
+    """Only the uid's processes are ever stopped, so waking them needs no scan of /proc;
+    a kill still goes down the process tree as well."""
+    from types import SimpleNamespace
+
+    from inference_kernels.judge import workers
+
+    scanned = []
+    monkeypatch.setattr(workers, "signal_tree", lambda pid, signum: scanned.append(signum))
+    handle = SimpleNamespace(uid=UID, process=SimpleNamespace(pid=sleepers[0].pid))
+    pids = {p.pid for p in sleepers}
+    workers.WorkerHandle._signal(handle, signal.SIGSTOP)
+    assert _settled(lambda: not set(signals.running(UID)) & pids)
+    workers.WorkerHandle._signal(handle, signal.SIGCONT)
+    assert _settled(lambda: pids <= set(signals.running(UID)))  # all of them awake
+    assert scanned == []
+    workers.WorkerHandle._signal(handle, signal.SIGKILL)
+    assert scanned == [signal.SIGKILL]
+    assert _settled(lambda: all(p.poll() is not None for p in sleepers))
