@@ -39,6 +39,21 @@ def own(request: dict):
     return materialize(definition, workload, data_root=DATASET.root)
 
 
+def judge_processes() -> set[int]:
+    """Processes of the workers' own uids (as root: from UID_BASE on)."""
+    from inference_kernels.judge.sandbox import UID_BASE
+
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            line = next(x for x in status.read_text().splitlines() if x.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) >= UID_BASE:
+            found.add(int(status.parent.name))
+    return found
+
+
 def raw(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous().reshape(-1).view(torch.uint8)
 
@@ -152,3 +167,30 @@ def test_a_run_that_prefetches_judges_every_workload_on_its_own_inputs(tmp_path,
     made_ahead = [line for line in log.read_text().splitlines() if "made ahead" in line]
     assert len(made_ahead) == 9, log.read_text()[-2000:]
     assert os.environ.get("INFERENCE_KERNELS_STANDIN_THREADS") is None  # the helper's only
+
+
+def test_the_next_definitions_worker_is_spawned_while_the_current_case_runs(tmp_path, monkeypatch):
+    """Its interpreter and torch are loaded ahead; it is told its case (and loads the
+    solution) only when that case comes. Nothing of it outlives the run."""
+    from inference_kernels.judge import session
+
+    before = judge_processes()
+    options = session.Options
+    monkeypatch.setattr(session, "Options", lambda **fields: options(**fields, prefetch=True))
+    first, second = "gdn_decode_qk4_v8_d128_k_last", "dense_gemm_bf16_nt_bias_n384_k384"
+    request = Request(
+        definitions=[first, second],
+        solutions=None,
+        suite="first",
+        report=tmp_path / "results.jsonl",
+        cache=tmp_path / "cache",
+        validation_only=True,
+        timeout=60,
+    )
+    rows = [row for row in judge(DATASET, request) if row["type"] == "case"]
+    assert [row["definition"] for row in rows] == sorted([first, second])
+    assert {row["status"] for row in rows} == {"passed"}
+    (log,) = (tmp_path / "cache").glob("runs/*/logs/cpu-referee.log")
+    later = DATASET.tasks[max(first, second)].baseline
+    assert f"worker for {later} spawned ahead" in log.read_text()
+    assert judge_processes() <= before  # no worker, spawned ahead or not, is left

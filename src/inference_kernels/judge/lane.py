@@ -148,7 +148,9 @@ class Lane:
                 prepared = self._ask(request, "prepared", self.options.reference_timeout)
                 parts.update(prepared.get("seconds", {}))  # the workload's: on its first row
                 if following is not None and self.process is not None and self._prefetching():
-                    self.requests.put({"op": "prefetch", **self._inputs(following)})
+                    solutions = [solution.model_dump_json() for solution in following.solutions]
+                    ahead = {"op": "prefetch", **self._inputs(following), "solutions": solutions}
+                    self.requests.put(ahead)
             if not prepared.get("ok"):
                 row.status, row.error = prepared["status"], prepared["error"]
             else:

@@ -34,6 +34,7 @@ from ..materialize.references import (
 from . import clocks, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
+from .loader import SolutionLoadError, compiled
 from .logs import redirect_output
 from .prefetch import Prefetcher
 from .reference_cache import ReferenceCache, reference_key
@@ -154,12 +155,47 @@ class Referee:
         self.profiled = False  # the current case's worker ran under the profiler
         self.share = 1  # solutions in the current job: each worker's share of the sets cap
         self.prefetcher = Prefetcher()  # the next workload's inputs (prefetch.py)
+        self.spares: dict[str, WorkerHandle] = {}  # the next job's workers, spawned (ahead)
 
     # ------------------------------------------------------------------ workloads
+
+    def ahead(self, message: dict[str, Any]) -> None:
+        """The lane's next job, named while this one runs: its inputs are made by the
+        helper (prefetch.py), and the workers it will start are spawned up to where they
+        would load their solution (their interpreter, torch and the judge's modules, seconds
+        of a worker's start: ``WorkerHandle.spawn``). A spawned worker runs only the judge's
+        code, waiting to be told its case, until its first case: no solution code runs
+        beside the current case. Compiled solutions are left to start as before."""
+        self.prefetcher.ask(message)
+        definition = schema.Definition.model_validate_json(message["definition"])
+        for text in message.get("solutions", []):
+            solution = schema.Solution.model_validate_json(text)
+            running = self.workers.get(solution.name)
+            if solution.name in self.spares or compiled(solution):
+                continue
+            if isinstance(running, WorkerHandle) and running.alive():
+                continue
+            try:
+                self.spares[solution.name] = WorkerHandle.spawn(
+                    solution,
+                    definition,
+                    self.device,
+                    self.options["sandbox"],
+                    self.folder,
+                    self.options["timeout"],
+                    self.options["lane"],
+                )
+            except SolutionLoadError:  # its case says why, as before
+                continue
+
+    def _drop_spares(self, keep: list[str]) -> None:
+        for name in [name for name in self.spares if name not in keep]:
+            self.spares.pop(name).stop()
 
     def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
         self.current = None
         self.share = max(1, len(message["solutions"]))
+        self._drop_spares(message["solutions"])
         for name in list(self.workers):
             if name not in message["solutions"] or self._over_share(self.workers[name]):
                 self._retire(name)
@@ -264,16 +300,24 @@ class Referee:
         if handle is None or (isinstance(handle, WorkerHandle) and not handle.alive()):
             if isinstance(handle, WorkerHandle):
                 handle.stop()
-            handle = start_or_fail(
-                solution,
-                self.current.definition,
-                self.device,
-                self.options["sandbox"],
-                self.folder,
-                self.options["timeout"],
-                self.options["lane"],
-                builds=Path(self.options["cache"]) / "builds",
-            )
+            spare = self.spares.pop(solution.name, None)
+            definition = self.current.definition
+            if spare is not None and spare.alive() and spare.made_for(solution, definition):
+                handle = spare.initialize()
+                print(f"worker for {solution.name} spawned ahead", flush=True)
+            else:
+                if spare is not None:
+                    spare.stop()
+                handle = start_or_fail(
+                    solution,
+                    self.current.definition,
+                    self.device,
+                    self.options["sandbox"],
+                    self.folder,
+                    self.options["timeout"],
+                    self.options["lane"],
+                    builds=Path(self.options["cache"]) / "builds",
+                )
             self.workers[solution.name] = handle
             if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
@@ -305,6 +349,7 @@ class Referee:
     def close(self) -> None:
         self.busy.stop()
         self.prefetcher.close()
+        self._drop_spares([])
         for name in list(self.workers):
             self._retire(name)
 
@@ -576,8 +621,8 @@ def main(device: str, requests, replies, options: dict[str, Any], log: str) -> N
         if op == "exit":
             referee.close()
             return
-        if op == "prefetch":  # no answer: the inputs are taken by the next prepare
-            referee.prefetcher.ask(request)
+        if op == "prefetch":  # no answer: the next prepare and case take what it made
+            referee.ahead(request)
             continue
         try:
             reply = referee.prepare(request) if op == "prepare" else referee.judge(request)

@@ -204,6 +204,8 @@ class WorkerHandle:
     drain: threading.Thread | None = None
     frozen: bool = False
     uid: int | None = None  # the worker's own uid (under root): signals reach all of it
+    init: dict[str, Any] = field(default_factory=dict)  # what it is told first (initialize)
+    claim: BuildClaim | None = None  # a compiled solution's build, until it has loaded
 
     @classmethod
     def start(
@@ -220,6 +222,24 @@ class WorkerHandle:
         """Start a worker for ``solution`` and wait until it has loaded (or failed to); its
         log is named for ``lane``, the referee's. A compiled solution is built (or its
         complete build found) under ``builds`` (default ``folder/builds``)."""
+        handle = cls.spawn(solution, definition, device, sandbox, folder, timeout, lane, builds)
+        return handle.initialize()
+
+    @classmethod
+    def spawn(
+        cls,
+        solution: Solution,
+        definition: Definition,
+        device: torch.device,
+        sandbox: Sandbox | None,
+        folder: Path,
+        timeout: float,
+        lane: str,
+        builds: Path | None = None,
+    ) -> WorkerHandle:
+        """The worker's process, started up to where it waits to be told its case (its
+        interpreter, torch and the judge's modules: seconds), before any solution code is
+        loaded: ``initialize`` then loads it. A compiled solution is built here."""
         usable(solution, definition)
         uid = identity() if sandbox is not None else None
         claim = None
@@ -229,13 +249,32 @@ class WorkerHandle:
             handle = cls._start(
                 solution, definition, device, sandbox, folder, timeout, lane, uid, claim
             )
+            handle.claim = claim
         except BaseException:
             if claim is not None:
                 claim.finish(loaded=False)
             raise
-        if claim is not None:
-            claim.finish(loaded=handle.loaded.ok)
         return handle
+
+    def initialize(self) -> WorkerHandle:
+        """Tell a spawned worker its case and wait until it has loaded its solution (or
+        failed to)."""
+        try:
+            self.loaded = self.ask(self.init, [], protocol.Loaded)
+        except CaseEnded as ended:
+            self.loaded = protocol.Loaded(op="loaded", ok=False, error=ended.error)
+        finally:
+            if self.claim is not None:
+                self.claim.finish(loaded=self.loaded is not None and self.loaded.ok)
+                self.claim = None
+        return self
+
+    def made_for(self, solution: Solution, definition: Definition) -> bool:
+        """Whether this spawned worker was made for this solution of this definition."""
+        return (
+            self.init.get("solution") == solution.model_dump_json()
+            and self.init.get("definition") == definition.model_dump_json()
+        )
 
     @classmethod
     def _start(
@@ -295,7 +334,7 @@ class WorkerHandle:
         )
         handle.drain = threading.Thread(target=_drain, args=(process.stdout, log), daemon=True)
         handle.drain.start()
-        init = {
+        handle.init = {
             "op": "init",
             "device": str(device),
             "definition": definition.model_dump_json(),
@@ -303,10 +342,6 @@ class WorkerHandle:
             "package": str(package),
             "build": None if claim is None else claim.build.to_dict(),
         }
-        try:
-            handle.loaded = handle.ask(init, [], protocol.Loaded)
-        except CaseEnded as ended:
-            handle.loaded = protocol.Loaded(op="loaded", ok=False, error=ended.error)
         return handle
 
     # ------------------------------------------------------------------ talking
