@@ -141,56 +141,45 @@ def test_an_input_the_helper_cannot_read_is_left_to_the_referee(prefetcher, tmp_
     assert not header["ok"] and "blob" in header["why"].lower() and fd is None
 
 
-def test_a_run_that_prefetches_judges_every_workload_on_its_own_inputs(tmp_path, monkeypatch):
-    """Prefetch forced on the CPU (it is on for CUDA lanes only): the rows are those of a
-    run without it, and the referee took every workload after the first from the helper."""
+def prefetching_run(tmp_path, monkeypatch, definitions, suite):
+    """A validation run with the prefetch forced on the CPU (it is on for CUDA lanes only):
+    its case rows and its referee's log."""
     from inference_kernels.judge import session
 
     options = session.Options
-
-    def prefetching(**fields):
-        return options(**fields, prefetch=True)
-
-    monkeypatch.setattr(session, "Options", prefetching)
+    monkeypatch.setattr(session, "Options", lambda **fields: options(**fields, prefetch=True))
     request = Request(
-        definitions=["gdn_decode_qk4_v8_d128_k_last"],
+        definitions=definitions,
         solutions=None,
-        suite="dev",
+        suite=suite,
         report=tmp_path / "results.jsonl",
         cache=tmp_path / "cache",
         validation_only=True,
         timeout=60,
     )
     rows = [row for row in judge(DATASET, request) if row["type"] == "case"]
-    assert len(rows) == 10 and {row["status"] for row in rows} == {"passed"}
     (log,) = (tmp_path / "cache").glob("runs/*/logs/cpu-referee.log")
-    made_ahead = [line for line in log.read_text().splitlines() if "made ahead" in line]
-    assert len(made_ahead) == 9, log.read_text()[-2000:]
+    return rows, log.read_text()
+
+
+def test_a_run_that_prefetches_judges_every_workload_on_its_own_inputs(tmp_path, monkeypatch):
+    """The rows are those of a run without it, and the referee took every workload after
+    the first from the helper."""
+    rows, log = prefetching_run(tmp_path, monkeypatch, ["gdn_decode_qk4_v8_d128_k_last"], "dev")
+    assert len(rows) == 10 and {row["status"] for row in rows} == {"passed"}
+    made_ahead = [line for line in log.splitlines() if "made ahead" in line]
+    assert len(made_ahead) == 9, log[-2000:]
     assert os.environ.get("INFERENCE_KERNELS_STANDIN_THREADS") is None  # the helper's only
 
 
 def test_the_next_definitions_worker_is_spawned_while_the_current_case_runs(tmp_path, monkeypatch):
     """Its interpreter and torch are loaded ahead; it is told its case (and loads the
     solution) only when that case comes. Nothing of it outlives the run."""
-    from inference_kernels.judge import session
-
     before = judge_processes()
-    options = session.Options
-    monkeypatch.setattr(session, "Options", lambda **fields: options(**fields, prefetch=True))
     first, second = "gdn_decode_qk4_v8_d128_k_last", "dense_gemm_bf16_nt_bias_n384_k384"
-    request = Request(
-        definitions=[first, second],
-        solutions=None,
-        suite="first",
-        report=tmp_path / "results.jsonl",
-        cache=tmp_path / "cache",
-        validation_only=True,
-        timeout=60,
-    )
-    rows = [row for row in judge(DATASET, request) if row["type"] == "case"]
+    rows, log = prefetching_run(tmp_path, monkeypatch, [first, second], "first")
     assert [row["definition"] for row in rows] == sorted([first, second])
     assert {row["status"] for row in rows} == {"passed"}
-    (log,) = (tmp_path / "cache").glob("runs/*/logs/cpu-referee.log")
     later = DATASET.tasks[max(first, second)].baseline
-    assert f"worker for {later} spawned ahead" in log.read_text()
+    assert f"worker for {later} spawned ahead" in log
     assert judge_processes() <= before  # no worker, spawned ahead or not, is left

@@ -208,22 +208,10 @@ class WorkerHandle:
     claim: BuildClaim | None = None  # a compiled solution's build, until it has loaded
 
     @classmethod
-    def start(
-        cls,
-        solution: Solution,
-        definition: Definition,
-        device: torch.device,
-        sandbox: Sandbox | None,
-        folder: Path,
-        timeout: float,
-        lane: str,
-        builds: Path | None = None,
-    ) -> WorkerHandle:
-        """Start a worker for ``solution`` and wait until it has loaded (or failed to); its
-        log is named for ``lane``, the referee's. A compiled solution is built (or its
-        complete build found) under ``builds`` (default ``folder/builds``)."""
-        handle = cls.spawn(solution, definition, device, sandbox, folder, timeout, lane, builds)
-        return handle.initialize()
+    def start(cls, *args: Any, **kwargs: Any) -> WorkerHandle:
+        """Start a worker (``spawn``'s arguments) and wait until it has loaded its solution
+        (or failed to)."""
+        return cls.spawn(*args, **kwargs).initialize()
 
     @classmethod
     def spawn(
@@ -239,7 +227,9 @@ class WorkerHandle:
     ) -> WorkerHandle:
         """The worker's process, started up to where it waits to be told its case (its
         interpreter, torch and the judge's modules: seconds), before any solution code is
-        loaded: ``initialize`` then loads it. A compiled solution is built here."""
+        loaded: ``initialize`` then loads it. Its log is named for ``lane``, the referee's.
+        A compiled solution's build is claimed here (or its complete build found) under
+        ``builds`` (default ``folder/builds``)."""
         usable(solution, definition)
         uid = identity() if sandbox is not None else None
         claim = None
