@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 from ..dtypes import DTYPE_NAMES, torch_dtype
-from ..materialize.inputs import Materialized, materialize
+from ..materialize.inputs import Materialized, draws, materialize
 from ..materialize.standins import MODEL_PARAMETERS, generator_for
-from ..schema import CaptureRecord, Definition, RandomInput, Workload
+from ..schema import CaptureRecord, Definition, Workload
 
 # The helper's threads: the referee, its background load and the worker keep the other half.
 THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
@@ -169,12 +169,7 @@ def made(request: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     workload = Workload.model_validate(request["workload"])
     capture = request.get("capture")
     capture = CaptureRecord.model_validate(capture) if capture else None
-    drawn = any(  # as materialize draws: random, or absent and not optional
-        isinstance(workload.inputs.get(name), RandomInput)
-        or (name not in workload.inputs and not spec.optional)
-        for name, spec in definition.inputs.items()
-    )
-    if drawn and generator_for(definition)[0] in MODEL_PARAMETERS:
+    if draws(definition, workload) and generator_for(definition)[0] in MODEL_PARAMETERS:
         return _declined(identifier, "model parameters stay with the referee")
     try:
         result = materialize(

@@ -171,9 +171,9 @@ class Referee:
         for text in message.get("solutions", []):
             solution = schema.Solution.model_validate_json(text)
             running = self.workers.get(solution.name)
-            if solution.name in self.spares or compiled(solution):
-                continue
             if isinstance(running, WorkerHandle) and running.alive():
+                continue
+            if solution.name in self.spares or compiled(solution):
                 continue
             try:
                 self.spares[solution.name] = WorkerHandle.spawn(
@@ -310,7 +310,7 @@ class Referee:
                     spare.stop()
                 handle = start_or_fail(
                     solution,
-                    self.current.definition,
+                    definition,
                     self.device,
                     self.options["sandbox"],
                     self.folder,

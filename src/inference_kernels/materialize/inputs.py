@@ -49,6 +49,16 @@ class Materialized:
         return sum(v.numel() * v.element_size() for v in self.values if isinstance(v, torch.Tensor))
 
 
+def draws(definition: Definition, workload: Workload) -> bool:
+    """Whether ``materialize`` draws stand-ins for the workload: an input that is
+    ``random``, or absent and not optional (its last branch)."""
+    return any(
+        not (workload.inputs.get(name) is None and spec.optional)
+        and not isinstance(workload.inputs.get(name), (ScalarInput, SafetensorsInput))
+        for name, spec in definition.inputs.items()
+    )
+
+
 def materialize(
     definition: Definition,
     workload: Workload,
