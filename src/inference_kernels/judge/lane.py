@@ -129,9 +129,10 @@ class Lane:
             return self.device.startswith("cuda")
         return self.options.prefetch
 
-    def run_job(self, job: Job, following: Job | None = None) -> None:
+    def run_job(self, job: Job, following: Job | None = None, spawn: Job | None = None) -> None:
         """Judge every solution of ``job``; the referee makes the inputs of ``following``
-        (the lane's next job) while they run (prefetch.py)."""
+        (the lane's next job) while they run (prefetch.py), and spawns the workers of
+        ``spawn`` (the next job with other solutions), which wait for their case."""
         request = {
             "op": "prepare",
             **self._inputs(job),
@@ -148,8 +149,12 @@ class Lane:
                 prepared = self._ask(request, "prepared", self.options.reference_timeout)
                 parts.update(prepared.get("seconds", {}))  # the workload's: on its first row
                 if following is not None and self.process is not None and self._prefetching():
-                    solutions = [solution.model_dump_json() for solution in following.solutions]
-                    ahead = {"op": "prefetch", **self._inputs(following), "solutions": solutions}
+                    ahead: dict[str, Any] = {"op": "prefetch", **self._inputs(following)}
+                    if spawn is not None:
+                        ahead["spawn"] = {
+                            "definition": spawn.definition.model_dump_json(),
+                            "solutions": [s.model_dump_json() for s in spawn.solutions],
+                        }
                     self.requests.put(ahead)
             if not prepared.get("ok"):
                 row.status, row.error = prepared["status"], prepared["error"]

@@ -155,21 +155,29 @@ class Referee:
         self.profiled = False  # the current case's worker ran under the profiler
         self.share = 1  # solutions in the current job: each worker's share of the sets cap
         self.prefetcher = Prefetcher()  # the next workload's inputs (prefetch.py)
-        self.spares: dict[str, WorkerHandle] = {}  # the next job's workers, spawned (ahead)
+        self.spares: dict[str, WorkerHandle] = {}  # workers of a later job, spawned (ahead)
+        self.upcoming: list[str] = []  # the solutions of the job they were spawned for
 
     # ------------------------------------------------------------------ workloads
 
     def ahead(self, message: dict[str, Any]) -> None:
         """The lane's next job, named while this one runs: its inputs are made by the
-        helper (prefetch.py), and the workers it will start are spawned up to where they
-        would load their solution (their interpreter, torch and the judge's modules, seconds
-        of a worker's start: ``WorkerHandle.spawn``). A spawned worker runs only the judge's
-        code, waiting to be told its case, until its first case: no solution code runs
-        beside the current case. Compiled solutions are left to start as before."""
+        helper (prefetch.py); and the next job judged by other solutions (``spawn``: the
+        next definition's, often several workloads later) has its workers spawned up to
+        where they would load their solution (their interpreter, torch and the judge's
+        modules, seconds of a worker's start: ``WorkerHandle.spawn``). A spawned worker
+        runs only the judge's code, waiting to be told its case, until its first case: no
+        solution code runs beside the current case. Compiled solutions are left to start
+        as before."""
         self.prefetcher.ask(message)
-        definition = schema.Definition.model_validate_json(message["definition"])
-        for text in message.get("solutions", []):
+        spawn = message.get("spawn")
+        if spawn is None:
+            return
+        definition = schema.Definition.model_validate_json(spawn["definition"])
+        self.upcoming = []
+        for text in spawn["solutions"]:
             solution = schema.Solution.model_validate_json(text)
+            self.upcoming.append(solution.name)
             running = self.workers.get(solution.name)
             if isinstance(running, WorkerHandle) and running.alive():
                 continue
@@ -187,6 +195,7 @@ class Referee:
                 )
             except SolutionLoadError:  # its case says why, as before
                 continue
+            print(f"worker for {solution.name} spawning ahead", flush=True)
 
     def _drop_spares(self, keep: list[str]) -> None:
         for name in [name for name in self.spares if name not in keep]:
@@ -195,7 +204,7 @@ class Referee:
     def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
         self.current = None
         self.share = max(1, len(message["solutions"]))
-        self._drop_spares(message["solutions"])
+        self._drop_spares(message["solutions"] + self.upcoming)
         for name in list(self.workers):
             if name not in message["solutions"] or self._over_share(self.workers[name]):
                 self._retire(name)

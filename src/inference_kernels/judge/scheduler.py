@@ -84,16 +84,30 @@ def run_jobs(
         except queue.Empty:
             return None
 
+    def other_solutions(job: Job, following: Job | None) -> Job | None:
+        """The first job after ``job`` (``following``, then the queue) judged by other
+        solutions: the next definition's, in a suite's order. Its workers are spawned
+        while the lane works through the jobs before it (Referee.ahead). Another lane
+        may take it first; the spare is then stopped unused."""
+        names = {solution.name for solution in job.solutions}
+        with pending.mutex:
+            later = list(pending.queue)
+        for candidate in [following, *later]:
+            if candidate is not None and {s.name for s in candidate.solutions} != names:
+                return candidate
+        return None
+
     def drain(lane: Lane) -> None:
         # A lane holds its next job while it runs one, so that its referee can make that
         # job's inputs in the meantime (prefetch.py); at the end of a run a lane may so
-        # hold one job another lane would have started sooner.
+        # hold one job another lane would have started sooner. The workers of the next
+        # job with other solutions are spawned from the first job before it.
         try:
             job = take()
             while job is not None and not errors:
                 before_job()
                 following = take()
-                lane.run_job(job, following)
+                lane.run_job(job, following, other_solutions(job, following))
                 job = following
         except BaseException as error:
             errors.append(error)
