@@ -11,7 +11,6 @@ STEPS = {
     "reference",
     "worker",
     "call",
-    "device_load",
     "sizing",
     "samples",
     "checks",
@@ -19,6 +18,7 @@ STEPS = {
     "end",
 }
 SAMPLING = {"setup", "refresh", "compare", "call_check", "clocks", "keep"}  # counted apart
+# and on CUDA, device_load: the load before the rounds (sustained) or the rest (burst)
 
 
 def test_a_timed_case_accounts_for_its_seconds_step_by_step(tmp_path):

@@ -122,8 +122,8 @@ def test_products_load_the_gpu_and_stop_within_a_round():
 @pytest.mark.gpu
 def test_a_lane_loads_the_gpu_between_cases_and_not_before_samples(tmp_path):
     # The first case is preheated (10 s); the next ones find the load running since the
-    # last case ended, stop it for their first call, and load 0.05 s after a call shorter
-    # than that, 0.3 s after a longer one.
+    # last case ended, stop it for their first call and their sizing samples, and end with
+    # a steady load of 0.05-0.3 s (what 0.3 s lack after the load since the last rest).
     import json
 
     from candidates import DEFINITION, ROOT, SOLUTIONS, candidates_request, write_candidate
@@ -140,10 +140,9 @@ def test_a_lane_loads_the_gpu_between_cases_and_not_before_samples(tmp_path):
     assert [r["status"] for r in rows] == ["passed"] * 3, rows
     loads = [r["breakdown"]["device_load"] for r in rows]
     assert loads[0] >= 10.0, loads  # the preheat
-    for row in rows[1:]:  # the short load when the first call hardly let the device rest
-        short = row["breakdown"]["call"] < STEADY_MIN_SECONDS
-        load = STEADY_MIN_SECONDS if short else STEADY_SECONDS
-        assert row["breakdown"]["device_load"] < load + 0.1, row["breakdown"]
+    for row in rows[1:]:
+        load = row["breakdown"]["device_load"]
+        assert STEADY_MIN_SECONDS <= load < STEADY_SECONDS + 0.1, row["breakdown"]
 
 
 def test_the_load_comes_back_after_the_first_call_and_stops_before_the_samples(tmp_path):
@@ -170,3 +169,34 @@ def test_the_load_comes_back_after_the_first_call_and_stops_before_the_samples(t
     referee.busy = Busy(None)  # no load (burst regime, CPU): nothing comes back
     referee._load_again()
     assert not referee.busy.running
+
+
+def test_a_sizing_sample_runs_alone_and_only_a_real_rest_starts_the_count_of_load_again(tmp_path):
+    # The referee's _alone around a sample that sizes the schedule: the load stops for it
+    # and comes back after. A sample shorter than STEADY_MIN_SECONDS neither resets the load
+    # counted since the first call's rest nor adds to it; a longer one is a rest of its own.
+    from inference_kernels.judge import referee as referee_module
+
+    options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
+    referee = referee_module.Referee("cpu", options)
+    referee.busy = Busy(Recorded())
+    referee.rested_since = time.monotonic() - 0.2  # a 0.2 s first call
+    referee._load_again(first=True)
+    time.sleep(0.1)  # a graph captured under the load
+    with referee._alone():
+        assert not referee.busy.running
+        time.sleep(0.01)  # a short sizing sample
+    assert referee.busy.running
+    time.sleep(0.1)
+    rested, loaded = referee._rest()
+    assert not referee.busy.running
+    assert rested == pytest.approx(0.2, abs=0.04) and loaded == pytest.approx(0.2, abs=0.04)
+    referee.rested_since = time.monotonic()  # the next case: a short first call
+    referee._load_again(first=True)
+    with referee._alone():
+        time.sleep(STEADY_MIN_SECONDS + 0.05)  # a long sizing sample: a rest
+    time.sleep(0.05)
+    rested, loaded = referee._rest()
+    assert rested == pytest.approx(STEADY_MIN_SECONDS + 0.05, abs=0.04)
+    assert loaded == pytest.approx(0.05, abs=0.04)
+    assert referee_module.steady_seconds(rested, loaded) == pytest.approx(STEADY_SECONDS - loaded)

@@ -1,6 +1,7 @@
 """The referee's sampler over a scripted worker whose clock the test sets (a fake device
 timer): methods interleaved round by round, adaptive stopping, the outside check, clocks."""
 
+import contextlib
 import time
 from types import SimpleNamespace
 
@@ -207,3 +208,38 @@ def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration
         sizes[kind] = entries["eager"]["calls_per_sample"], entries["graph"]["calls_per_sample"]
     assert sizes["cuda"] == (27, 27)  # 26.7 ms of 1 ms calls
     assert sizes["cpu"] == (16, 64)  # the plan's eager calls; 64 ms of 1 ms graph calls
+
+
+def test_the_load_stops_for_sizing_samples_and_ends_right_before_the_rounds(monkeypatch):
+    """The referee's background load (sustained regime) runs while methods are set up: it
+    is held off (``alone``) for every sample that sizes the schedule, the calibration's and
+    each method's sizing sample, and ends (``settle``, the steady load) right before the
+    first timed sample, with no message to the worker in between."""
+    worker = ScriptedWorker(lambda method, index: 1000.0)
+    made = sampler(worker)
+    made.device, made.fit, made.plan = torch.device("cuda"), 1000, Plan(4, 16, 7)
+    made.grow = type("Grown", (Sets,), {"__init__": lambda self, count: None})
+    monkeypatch.setattr(made, "_probe", lambda method, index: None)
+
+    @contextlib.contextmanager
+    def alone():
+        worker.log.append(("alone", None, None))
+        yield
+        worker.log.append(("loaded", None, None))
+
+    made.alone = alone
+    made.settle = lambda: worker.log.append(("settle", None, None))
+    made.calibrate()
+    made.time_methods(["eager", "graph"], None)
+    log, inside = worker.log, False
+    for op, method, index in log:
+        inside = {"alone": True, "loaded": False}.get(op, inside)
+        if op == "method":  # a capture or a warmup setup: under the load
+            assert not inside, log
+        if op == "go" and index == -1 and method == "graph":  # its sizing sample
+            assert inside, log
+    calibration = [entry for entry in log if entry[0] != "method"][:4]
+    bracket = [("alone", None, None), ("loaded", None, None)]
+    assert calibration == [bracket[0], *[("go", "eager", -1)] * 2, bracket[1]]
+    first = next(i for i, (op, _, index) in enumerate(log) if op == "go" and index >= 0)
+    assert [entry[0] for entry in log].count("settle") == 1 and log[first - 1][0] == "settle"

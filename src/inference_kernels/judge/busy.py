@@ -8,10 +8,13 @@ H200 that load was a third of an audit's time (docs/measurements/case-breakdown.
 Instead the referee keeps the device loaded in the background through that second, and
 stops the load for the case's first call, which the solution runs alone (it may tune
 itself there); the load comes back once that call is done, while the referee checks its
-outputs, and stops again before the calibration and samples, which follow a short load
-(0.05 s when the first call was shorter, else what 0.3 s lack: referee.steady_seconds).
-The device hardly rests, which is the state the sustained regime names (a busy server),
-and nothing of the solution runs beside the load.
+outputs and the methods are set up (graph captures, warmups), and stops for the samples
+that size the schedule, which the solution runs alone too. Right before the timed rounds
+it stops for good, and a short steady load follows (0.05 s when the device hardly rested,
+else what 0.3 s lack after the load since the rest: referee.steady_seconds). The device
+hardly rests, which is the state the sustained regime names (a busy server); nothing of
+the solution is timed beside the load, and nothing of the solution runs between the
+steady load and its timed samples.
 
 The load is a chain of bf16 matrix products on a stream of its own, from a thread of the
 referee's (the solution's worker is another process: it cannot see or stop it). Each

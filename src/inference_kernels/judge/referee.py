@@ -12,8 +12,10 @@ itself; a worker can only end its own case early with a failure.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,16 +54,19 @@ from .workers import CaseEnded, WorkerHandle, start_or_fail
 PREHEAT_SECONDS = 10.0
 # Between cases the device is kept busy in the background (busy.py) until the case's first
 # call, which the solution runs alone, and again from the end of that call while the referee
-# checks it. Its samples then follow a load, so that every case starts from the clocks of
-# sustained work: STEADY_MIN_SECONDS when that call hardly let the device rest, else
-# STEADY_SECONDS whatever the rest (the background load since the call counts towards
-# it). Before, the rest also counted the referee's reading and comparing of the call's
-# outputs: on the H200 most cases whose call took under 0.05 s then paid 0.3 s
-# (docs/measurements/case-breakdown.md, eleventh session). A load as long as the rest missed that
-# state both ways on the H200 (benchmarks/rest_recovery.py, docs/measurements/h200-regimes.md,
-# ninth session): after 1 s of rest, 0.05 s of load left the SM clock at 1,950-1,980 MHz and
-# a GEMM 1-3% faster than on the busy device (the clock falls only after 0.18 s of load),
-# and 1 s of load overshot into the power cap's dip (1,185-1,440 MHz, up to 3% slower);
+# checks it and the methods are set up (all but the samples that size the schedule, which
+# run alone). Its timed rounds then follow a load, so that every case starts from the clocks
+# of sustained work: STEADY_MIN_SECONDS when the device hardly rested, else STEADY_SECONDS
+# whatever the rest (the background load since the rest counts towards it). Until the
+# twelfth session the load ran before the calibration, and the graph captures after it left
+# the device mostly idle for 0.1-0.6 s before the rounds (and a solution could make that
+# rest as long as it liked). Before the eleventh session the rest also counted the
+# referee's reading and comparing of the call's outputs: on the H200 most cases whose call
+# took under 0.05 s then paid 0.3 s (docs/measurements/case-breakdown.md). A load as long
+# as the rest missed that state both ways on the H200 (benchmarks/rest_recovery.py,
+# docs/measurements/h200-regimes.md, ninth session): after 1 s of rest, 0.05 s of load
+# left the SM clock at 1,950-1,980 MHz and a GEMM 1-3% faster than on the busy device (the
+# clock falls only after 0.18 s of load), and 1 s of load overshot into the power cap's dip (1,185-1,440 MHz, up to 3% slower);
 # 0.1-0.5 s gave the busy device's time. First calls take 0.1-1.2 s on a new worker (cuDNN
 # plans, a Triton compile longer), so the old rule gave cases of one job different states.
 STEADY_SECONDS = 0.3
@@ -146,7 +151,8 @@ class Referee:
         self.preheated = False
         self.rested_since: float | None = None  # the end of the last load or samples
         self.rested: float | None = None  # how long the device rested for a first call
-        self.loaded_since = 0.0  # when the background load came back after that call
+        self.loaded_since = 0.0  # when the background load last came back
+        self.loaded = 0.0  # seconds of background load before that, since that rest
         sustained = options.get("regime", "sustained") == "sustained"
         loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
         self.busy = Busy(products(self.device) if loaded else None)  # between cases
@@ -446,7 +452,7 @@ class Referee:
             self.rested_since = time.monotonic()
         with self.watch.span("call"):
             checked = worker.ask(message, fds, protocol.Checked)
-            self._load_again()
+            self._load_again(first=True)
             if len(checked.outputs) != len(job.expected):
                 raise CaseEnded(
                     statuses.PROTOCOL_VIOLATION, "the worker sent outputs of another count"
@@ -460,25 +466,57 @@ class Referee:
         if not self.options["validation_only"]:
             self._time(worker, verdict, checked.seconds)
 
-    def _load_again(self) -> None:
-        """After the solution's first call: the device rested for that call alone (or
-        since it was last loaded), and the background load comes back while the referee
-        reads and compares the outputs."""
+    def _load_again(self, first: bool = False) -> None:
+        """The background load comes back after the solution ran alone: its ``first``
+        call (the case's state starts there), or a sample that sizes the schedule. The
+        device is counted as resting while the solution runs alone; a rest of
+        STEADY_MIN_SECONDS or more starts the count of load since it again, a shorter one
+        neither resets nor adds to it."""
         if self.busy.work is None:
             return
         now = time.monotonic()
-        self.rested = None if self.rested_since is None else now - self.rested_since
+        rest = None if self.rested_since is None else now - self.rested_since
+        if first or rest is None or rest >= STEADY_MIN_SECONDS:
+            self.rested, self.loaded = rest, 0.0
         self.busy.start()
         self.loaded_since = now
+
+    @contextlib.contextmanager
+    def _alone(self) -> Iterator[None]:
+        """A sample that sizes the schedule runs alone; the background load comes back
+        after it, while the methods are set up (graph captures, warmups)."""
+        if not self.busy.running:
+            yield
+            return
+        self.busy.stop()
+        self.rested_since = time.monotonic()
+        self.loaded += self.rested_since - self.loaded_since
+        try:
+            yield
+        finally:
+            self._load_again()
+
+    def _settle(self) -> None:
+        """Right before a case's timed rounds (sustained regime): the background load stops,
+        and the steady load runs (the lane's preheat first, at its first case), with nothing
+        of the solution after it. The background load ran while the methods were set up
+        (graph captures, warmups: mostly host work), so the device did not rest there, and
+        a solution cannot rest it between the load and its samples by taking its time."""
+        with self.watch.span("device_load"):
+            rested, loaded = self._rest()
+            if not self.preheated:
+                timing.load(self.device, PREHEAT_SECONDS)
+                self.preheated = True
+            timing.load(self.device, steady_seconds(rested, loaded))
 
     def _rest(self) -> tuple[float | None, float]:
         """Before a case's samples: how long the device rested (None: nothing loaded it in
         this lane yet) and how long it has been loaded again since; the background load
-        stops here, and the solution's calibration and samples run alone."""
+        stops here, and the solution's samples run alone."""
         now = time.monotonic()
         if self.busy.running:
             self.busy.stop()
-            return self.rested, now - self.loaded_since
+            return self.rested, self.loaded + now - self.loaded_since
         return (None if self.rested_since is None else now - self.rested_since), 0.0
 
     def _fit(self, worker: WorkerHandle) -> tuple[int, bool]:
@@ -532,14 +570,8 @@ class Referee:
     def _time(self, worker: WorkerHandle, verdict: dict[str, Any], first_call: float) -> None:
         job = self.current
         regime = self.options.get("regime", "sustained")
-        with self.watch.span("device_load"):
-            if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
-                rested, loaded = self._rest()
-                if not self.preheated:
-                    timing.load(self.device, PREHEAT_SECONDS)
-                    self.preheated = True
-                timing.load(self.device, steady_seconds(rested, loaded))
-            elif self.device.type == "cuda":  # burst: the clocks of a device that was resting
+        if self.device.type == "cuda" and regime == "burst":  # the clocks of a resting device
+            with self.watch.span("device_load"):
                 time.sleep(BURST_REST_SECONDS)
         if job.fresh is None:
             with self.watch.span("fresh"):  # the workload's secret pools (fresh.py)
@@ -601,6 +633,8 @@ class Referee:
         sampler.grow = lambda count: self._sets(worker, count, share, replacing=sampler.sets)
         sampler.clock = self.clock
         sampler.watch = self.watch
+        if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
+            sampler.alone, sampler.settle = self._alone, self._settle
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:

@@ -24,6 +24,8 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,11 @@ class Sampler:
     refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
     suspect: list[str] = field(default_factory=list)
     clock: Reader | None = None  # the device's clocks, read after each sample (clocks.py)
+    # The referee's load on the device (sustained regime, busy.py): it runs while methods
+    # are set up (captures, warmups); ``alone`` holds it off for a sample that sizes the
+    # schedule, and ``settle`` ends it right before the timed rounds, with the steady load.
+    alone: Callable[[], AbstractContextManager] = nullcontext
+    settle: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -141,11 +148,13 @@ class Sampler:
         setup = {"op": "method", "method": "eager", "calls": calls, "warmup": 0}
         self.worker.ask(setup, [], protocol.Ready)
         per_call = 0.0
-        for _ in range(2):
-            _, reply, seen = self.go("eager", -1, [self.fresh.offsets() for _ in range(calls)])
-            per_call = max(per_call, min(reply.us * 1e-6, seen / calls))
-            if per_call * calls > 1.0:
-                break
+        with self.alone():
+            for _ in range(2):
+                windows = [self.fresh.offsets() for _ in range(calls)]
+                _, reply, seen = self.go("eager", -1, windows)
+                per_call = max(per_call, min(reply.us * 1e-6, seen / calls))
+                if per_call * calls > 1.0:
+                    break
         return per_call
 
     def _setup(
@@ -214,7 +223,8 @@ class Sampler:
         (On the CPU, where times are indicative, eager keeps the calibration's size.)"""
         if self.cold_l2 or (method == "eager" and self.kind != "cuda"):
             return iters
-        _, reply, seen = self.go(method, -1, [self.fresh.offsets() for _ in range(iters)])
+        with self.alone():
+            _, reply, seen = self.go(method, -1, [self.fresh.offsets() for _ in range(iters)])
         return max(iters, self._calls_for(min(reply.us * 1e-6, seen / iters)))
 
     def _calls_for(self, per_call: float) -> int:
@@ -244,11 +254,13 @@ class Sampler:
         return errors
 
     def _rounds(self, phases: list[Phase]) -> None:
-        """Samples in rounds until every phase has stopped (see ``time_methods``)."""
+        """Samples in rounds until every phase has stopped (see ``time_methods``); they
+        follow the referee's ``settle`` with nothing of the worker in between."""
         least = min(MIN_ROUNDS, self.plan.trials)
         for phase in phases:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
+        self.settle()
         # The case's time: the schedule's trials times a round of every phase (the median
         # of the rounds every phase ran: neither a slow first round nor one slow sample a
         # solution adds on purpose stretches it), and never more than ROUNDS_PER_TRIAL
