@@ -60,15 +60,16 @@ PREHEAT_SECONDS = 10.0
 # whatever the rest (the background load since the rest counts towards it). Until the
 # twelfth session the load ran before the calibration, and the graph captures after it left
 # the device mostly idle for 0.1-0.6 s before the rounds (and a solution could make that
-# rest as long as it liked). Before the eleventh session the rest also counted the
-# referee's reading and comparing of the call's outputs: on the H200 most cases whose call
-# took under 0.05 s then paid 0.3 s (docs/measurements/case-breakdown.md). A load as long
-# as the rest missed that state both ways on the H200 (benchmarks/rest_recovery.py,
-# docs/measurements/h200-regimes.md, ninth session): after 1 s of rest, 0.05 s of load
-# left the SM clock at 1,950-1,980 MHz and a GEMM 1-3% faster than on the busy device (the
-# clock falls only after 0.18 s of load), and 1 s of load overshot into the power cap's dip (1,185-1,440 MHz, up to 3% slower);
-# 0.1-0.5 s gave the busy device's time. First calls take 0.1-1.2 s on a new worker (cuDNN
-# plans, a Triton compile longer), so the old rule gave cases of one job different states.
+# rest as long as it liked). Before the eleventh session the rest also counted the referee's
+# reading and comparing of the call's outputs: on the H200 most cases whose call took under
+# 0.05 s then paid 0.3 s (docs/measurements/case-breakdown.md). A load as long as the rest
+# missed that state both ways on the H200 (benchmarks/rest_recovery.py,
+# docs/measurements/h200-regimes.md, ninth session): after 1 s of rest, 0.05 s of load left
+# the SM clock at 1,950-1,980 MHz and a GEMM 1-3% faster than on the busy device (the clock
+# falls only after 0.18 s of load), and 1 s of load overshot into the power cap's dip
+# (1,185-1,440 MHz, up to 3% slower); 0.1-0.5 s gave the busy device's time. First calls
+# take 0.1-1.2 s on a new worker (cuDNN plans, a Triton compile longer), so the old rule
+# gave cases of one job different states.
 STEADY_SECONDS = 0.3
 STEADY_MIN_SECONDS = 0.05
 # The burst regime (``--regime burst``) has no load: each case's samples start after this
