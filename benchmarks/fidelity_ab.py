@@ -1,0 +1,93 @@
+"""Timing fidelity before and after a change, on one GPU: the judge of two source trees,
+run in turns (A, B, A, B, ...), each run judging ``timing_fidelity.py``'s two baselines
+(five copies each, sandboxed) in a process of its own with that tree's code.
+
+Medians of different GPUs are not comparable (a GPU's own figure, docs/measurements/
+h200-regimes.md); turns on one GPU are. Prints JSON: per tree and shape, each turn's graph
+and eager medians (the median of its five copies), and B over A.
+
+    git archive OLD src benchmarks | tar -x -C results/old     # the tree before
+    PYTHONPATH=src python3 benchmarks/fidelity_ab.py --tree results/old --tree . --turns 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# One turn, in the tree's own code: its timing_fidelity.judged(sandboxed=True), summarized.
+TURN = """
+import json, sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1] + "/benchmarks"]
+import pathlib
+import timing_fidelity as t
+t.ROOT = pathlib.Path.cwd()  # the dataset of this checkout, for every tree
+rows = t.judged(True)
+print("FIGURES " + json.dumps({s: {m: t.figures(r, m) for m in ("graph", "eager")}
+                               for s, r in rows.items()}))
+"""
+
+
+def turn(tree: Path) -> dict:
+    env = dict(
+        os.environ,
+        PYTHONPATH=":".join(
+            [str(tree / "src"), *[p for p in os.environ.get("PYTHONPATH", "").split(":") if p]]
+        ),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", TURN, str(tree)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("FIGURES "):
+            return json.loads(line[len("FIGURES ") :])
+    raise RuntimeError(f"{tree}: no figures (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, action="append", required=True)
+    parser.add_argument("--turns", type=int, default=2)
+    options = parser.parse_args()
+    trees = [tree.resolve() for tree in options.tree]
+    runs: dict[str, list[dict]] = {str(tree): [] for tree in trees}
+    for _ in range(options.turns):
+        for tree in trees:
+            runs[str(tree)].append(turn(tree))  # each turn's figures also go to stderr
+            print(f"turn {tree}: {json.dumps(runs[str(tree)][-1])}", file=sys.stderr, flush=True)
+    report: dict = {"trees": [str(t) for t in trees], "turns": options.turns, "shapes": {}}
+    for shape in runs[str(trees[0])][0]:
+        entry: dict = {}
+        for tree in trees:
+            for method in ("graph", "eager"):
+                medians = [r[shape][method]["median_us"] for r in runs[str(tree)]]
+                entry.setdefault(str(tree), {})[method] = {
+                    "turns_us": medians,
+                    "median_us": round(statistics.median(medians), 2),
+                    "statuses": sorted(
+                        {s for r in runs[str(tree)] for s in r[shape][method]["statuses"]}
+                    ),
+                    "sm_mhz": [r[shape][method]["sm_mhz"] for r in runs[str(tree)]],
+                }
+        if len(trees) == 2:
+            a, b = (entry[str(t)] for t in trees)
+            entry["b_over_a"] = {
+                m: round(b[m]["median_us"] / a[m]["median_us"], 4) for m in ("graph", "eager")
+            }
+        report["shapes"][shape] = entry
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
