@@ -193,7 +193,7 @@ def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration
         return 1000.0
 
     class Grown(Sets):
-        def __init__(self, count):
+        def __init__(self, count, old):
             self.count = count
 
     sizes = {}
@@ -218,7 +218,7 @@ def test_the_load_stops_for_sizing_samples_and_ends_right_before_the_rounds(monk
     worker = ScriptedWorker(lambda method, index: 1000.0)
     made = sampler(worker)
     made.device, made.fit, made.plan = torch.device("cuda"), 1000, Plan(4, 16, 7)
-    made.grow = type("Grown", (Sets,), {"__init__": lambda self, count: None})
+    made.grow = type("Grown", (Sets,), {"__init__": lambda self, count, old: None})
     monkeypatch.setattr(made, "_probe", lambda method, index: None)
 
     @contextlib.contextmanager

@@ -631,7 +631,9 @@ class Referee:
         sampler.output_bytes = sum(o.numel() * o.element_size() for o in job.expected)
         sampler.fit = fit
         sampler.shapes = job.expected
-        sampler.grow = lambda count: self._sets(worker, count, share, replacing=sampler.sets)
+        # (not a closure over the sampler: in a reference cycle, each case's sampler, with its
+        # fresh pools, sets and kept outputs, lived until the next full garbage collection)
+        sampler.grow = lambda count, old: self._sets(worker, count, share, replacing=old)
         sampler.clock = self.clock
         sampler.watch = self.watch
         if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks

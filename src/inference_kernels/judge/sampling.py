@@ -72,7 +72,7 @@ class Sampler:
     cold_l2: bool = False
     output_bytes: int = 0  # of one call's outputs
     fit: int = 1  # input sets that fit in memory
-    grow: Any = None  # grow(count) -> InputSets of ``count`` sets, mapped by the worker
+    grow: Any = None  # grow(count, sets) -> ``count`` sets replacing ``sets``, mapped
     # method -> (window, outputs) of the calls checked after the fact
     checks: dict[str, list[tuple[dict[int, int], list[torch.Tensor]]]] = field(default_factory=dict)
     shapes: list[torch.Tensor] = field(default_factory=list)  # outputs' expected shape, dtype
@@ -239,7 +239,8 @@ class Sampler:
         grown = False
         needed = max((phase.iters for phase in phases.values()), default=0)
         if needed > self.sets.count:
-            self.sets, grown = self.grow(needed), True  # launches on the old sets are gone
+            # launches on the old sets are gone
+            self.sets, grown = self.grow(needed, self.sets), True
         errors = {}
         for method, phase in phases.items():
             if method != "eager" and (grown or phase.iters != self.plan.iters or phase.resampled):
