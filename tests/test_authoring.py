@@ -147,9 +147,10 @@ def test_plain_progress_prints_done_total_rate_and_eta_at_a_modest_rate():
             now[0] += 5.0
             progress.update(task, advance=1, description=f"judging case {step}")
     lines = out.getvalue().splitlines()
-    # the first case, then one line per 30 s (cases 7 at 35 s), then the last
+    # the first case (no rate to give an ETA yet), then one line per 30 s (cases 7 at
+    # 35 s), then the last
     assert lines == [
-        "judging case 0: 1/10, 5.0 s each, ETA 45 s, elapsed 5 s",
+        "judging case 0: 1/10, 5.0 s each, elapsed 5 s",
         "judging case 6: 7/10, 5.0 s each, ETA 15 s, elapsed 35 s",
         "judging case 9: 10/10, 5.0 s each, elapsed 50 s",
     ]
@@ -165,6 +166,22 @@ def test_plain_progress_follows_completed_counts_as_fetch_reports_bytes():
         now[0] = 20.0
         progress.update(task, description="blob b", completed=1000, total=1000)
     assert out.getvalue().splitlines() == [
-        "blob a: 400/1000, 40/s, ETA 15 s, elapsed 10 s",
+        "blob a: 400/1000, 40/s, elapsed 10 s",
         "blob b: 1000/1000, 50/s, elapsed 20 s",
+    ]
+
+
+def test_plain_progress_gives_the_eta_at_the_rate_after_the_start_up():
+    # an audit's first case carries the lane's start and preheat (19 s), the others 1 s
+    now = [0.0]
+    out = io.StringIO()
+    with PlainProgress(every=30, out=out, clock=lambda: now[0]) as progress:
+        task = progress.add_task("judging", total=384)
+        for step in range(40):
+            now[0] += 19.0 if step == 0 else 1.0
+            progress.update(task, advance=1)
+    assert out.getvalue().splitlines() == [
+        "judging: 1/384, 19.0 s each, elapsed 19 s",
+        "judging: 31/384, 1.6 s each, ETA 5 min 53 s, elapsed 49 s",  # 353 left at 1 s
+        "judging: 40/384, 1.4 s each, ETA 5 min 44 s, elapsed 58 s",  # the last, at exit
     ]

@@ -173,7 +173,9 @@ def _fail(message: str, code: int = 2) -> None:
 class PlainProgress:
     """Progress off a terminal (logs, CI, agents): a plain line when work starts, then at
     most one every ``every`` seconds, and one at the end: done/total, the rate, the ETA
-    and what is being worked on. Implements the part of rich's Progress the commands use."""
+    and what is being worked on. The ETA is at the rate since the first line, so that a
+    start-up (a lane's referee and preheat: 19 s before an audit's first 1 s case) does
+    not stretch it. Implements the part of rich's Progress the commands use."""
 
     def __init__(self, every: float = 30.0, out=sys.stderr, clock=time.monotonic):
         self.every, self.out, self.clock = every, out, clock  # out None: silent
@@ -196,6 +198,7 @@ class PlainProgress:
             "started": now,
             "last": now - self.every,
             "printed": -1,
+            "first": None,  # (time, done) at the first line with work done
         }
         return len(self.tasks) - 1
 
@@ -224,8 +227,10 @@ class PlainProgress:
         if done:
             each = elapsed / done  # cases take seconds; fetch counts bytes
             parts.append(f"{each:.1f} s each" if each >= 0.1 else f"{done / elapsed:.3g}/s")
-            if total is not None and total > done:
-                parts.append(f"ETA {_duration(elapsed / done * (total - done))}")
+            first = task["first"] = task["first"] or (now, done)
+            if total is not None and total > done and done > first[1]:
+                steady = (now - first[0]) / (done - first[1])
+                parts.append(f"ETA {_duration(steady * (total - done))}")
         parts.append(f"elapsed {_duration(elapsed)}")
         print(", ".join(parts), file=self.out, flush=True)
         task["last"], task["printed"] = now, done
