@@ -139,3 +139,25 @@ def test_set_comparison_finds_any_one_byte_changed_at_any_width_and_offset(row_b
             expected = actual.clone()
             expected[row, byte] ^= 0x01
             assert bool(_differs(actual, expected)), (row, byte)
+
+
+@pytest.mark.parametrize("copy_bytes", [1, 1 << 40])  # each window copied alone; one kernel
+def test_large_and_small_windows_are_written_and_compared_alike(monkeypatch, copy_bytes):
+    from inference_kernels.judge import fresh as fresh_module
+
+    monkeypatch.setattr(fresh_module, "COPY_BYTES", copy_bytes)
+    x, y = torch.randn(6, 10).bfloat16(), torch.randn(5)
+    fresh = Fresh([x, y])
+    sets = InputSets([x, y], ["x", "y"], 70, CPU)  # more sets than one compared chunk
+    windows = [fresh.offsets() for _ in range(70)]
+    sets.refresh(windows, fresh)
+    for j, window in enumerate(windows):
+        assert torch.equal(sets.views[0][j], fresh.window(0, window[0]))
+        assert torch.equal(sets.views[1][j], fresh.window(1, window[1]))
+    assert sets.changed(windows, fresh) == []
+    for index, name in ((0, "x"), (1, "y")):
+        raw = sets.views[index][69].view(-1).view(torch.uint8)
+        raw[1] ^= 0x01  # one bit of one byte, in the last set
+        assert sets.changed(windows, fresh) == [name]
+        assert sets.changed(windows[:69], fresh) == []  # the sets the sample did not use
+        raw[1] ^= 0x01

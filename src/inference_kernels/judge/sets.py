@@ -99,7 +99,11 @@ class InputSets:
         flags: list[tuple[str, torch.Tensor]] = []
         for index, view in self.views.items():
             name, value = self.names[index], self.pristine[index]
-            if fresh is not None and index in fresh.pools:
+            if fresh is not None and index in fresh.pools and fresh.large(index):
+                for j, window in enumerate(windows):  # each set against its pool window
+                    written = fresh.window(index, window[index]).unsqueeze(0)
+                    flags.append((name, _differs(view[j : j + 1], written)))
+            elif fresh is not None and index in fresh.pools:
                 for start in range(0, count, CHECK_CHUNK):
                     stop = min(count, start + CHECK_CHUNK)
                     expected = torch.empty_like(view[start:stop])
