@@ -5,7 +5,9 @@ A case's ``setup`` step was 0.07-0.44 s on the H200 (probe at c1ce947) for graph
 ``timing.capture`` takes in a worker: the eager warmup calls, entering the capture
 (``torch.cuda.graph``: synchronize, empty the allocator's cache), recording the calls,
 leaving it (the graph's instantiation), and the first replay (its upload); then the same
-for a graph of more calls that extends the first (``timing.Graphs``). Prints JSON, seconds.
+for a graph of more calls that extends the first (``timing.Graphs``), and the whole graph
+again after as many eager calls' outputs were freed (a worker's state before a capture:
+entering the capture gives the cached blocks back to the driver). Prints JSON, seconds.
 
     PYTHONPATH=src python3 benchmarks/capture_cost.py
 """
@@ -88,6 +90,11 @@ def main() -> None:
             "extension": steps(slots[len(slots) // 2 :], warmup, device),
             "whole": steps(slots, warmup, device),
         }
+        # As in a worker: its eager samples' outputs freed just before, so entering the
+        # capture (which empties the allocator's cache) has cached blocks to give back.
+        outputs = [slot() for slot in slots]
+        del outputs
+        report[name]["after_eager_outputs"] = steps(slots, warmup, device)
     print(json.dumps(report, indent=2))
 
 
