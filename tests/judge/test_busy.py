@@ -200,3 +200,27 @@ def test_a_sizing_sample_runs_alone_and_only_a_real_rest_starts_the_count_of_loa
     assert rested == pytest.approx(STEADY_MIN_SECONDS + 0.05, abs=0.04)
     assert loaded == pytest.approx(0.05, abs=0.04)
     assert referee_module.steady_seconds(rested, loaded) == pytest.approx(STEADY_SECONDS - loaded)
+
+
+def test_rests_each_just_under_the_minimum_add_up_to_a_rest(tmp_path):
+    # The attack: a solution keeps its first call and each sizing sample alone just under
+    # STEADY_MIN_SECONDS, and its setups short, so that the device mostly rests through the
+    # case while no single rest counts. The rests add up: once they reach STEADY_MIN_SECONDS
+    # they are a rest, and the timed rounds follow what STEADY_SECONDS lack of load since.
+    from inference_kernels.judge import referee as referee_module
+
+    options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
+    referee = referee_module.Referee("cpu", options)
+    referee.busy = Busy(Recorded())
+    just_under = STEADY_MIN_SECONDS * 0.9
+    referee.rested_since = time.monotonic() - just_under  # the first call, alone
+    referee._load_again(first=True)
+    for _ in range(3):  # the calibration's and two methods' sizing samples
+        time.sleep(0.005)  # a short setup under the load
+        with referee._alone():
+            time.sleep(just_under)
+    time.sleep(0.005)
+    rested, loaded = referee._rest()
+    assert rested >= STEADY_MIN_SECONDS
+    assert loaded < 0.04  # only the load since the rests added up
+    assert referee_module.steady_seconds(rested, loaded) > STEADY_SECONDS - 0.04

@@ -243,3 +243,44 @@ def test_the_load_stops_for_sizing_samples_and_ends_right_before_the_rounds(monk
     assert calibration == [bracket[0], *[("go", "eager", -1)] * 2, bracket[1]]
     first = next(i for i, (op, _, index) in enumerate(log) if op == "go" and index >= 0)
     assert [entry[0] for entry in log].count("settle") == 1 and log[first - 1][0] == "settle"
+
+
+def test_no_settle_when_nothing_is_timed_and_a_resampled_method_is_set_up_under_the_load(
+    monkeypatch,
+):
+    """A case whose only method is a graph that cannot be captured times nothing: no steady
+    load is spent on it (the referee then times eager calls, with a settle of their own).
+    A method sampled again, longer, is set up after the load came back (``resume``), and
+    its rounds follow a settle of their own, with no message to the worker in between."""
+    worker = ScriptedWorker(lambda method, index: 1000.0)
+    original = worker.ask
+
+    def ask(message, fds, *kinds):
+        if message["op"] == "method" and message["method"] == "graph":
+            return protocol.Unavailable(op="unavailable", method="graph", error="no capture")
+        return original(message, fds, *kinds)
+
+    worker.ask = ask
+    made = sampler(worker)
+    made.settle = lambda: worker.log.append(("settle", None, None))
+    made.resume = lambda: worker.log.append(("resume", None, None))
+    assert made.time_methods(["graph"], None) == {"graph": {"error": "no capture"}}
+    assert [entry[0] for entry in worker.log].count("settle") == 0
+
+    worker = ScriptedWorker(lambda method, index: 1000.0)
+    made = sampler(worker)
+    made.settle = lambda: worker.log.append(("settle", None, None))
+    made.resume = lambda: worker.log.append(("resume", None, None))
+    asked = iter([8, None])  # the first rounds were too short: once, 8 calls
+    monkeypatch.setattr(made, "_longer", lambda samples, iters: next(asked))
+    entries = made.time_methods(["graph"], None)
+    assert entries["graph"]["resampled"] is True
+    ops = [entry[0] for entry in worker.log]
+    resumed = ops.index("resume")
+    assert ops.count("settle") == 2 and ops.count("resume") == 1
+    assert ops.index("settle") < resumed  # the first rounds came before
+    assert "method" in ops[resumed:]  # the longer graph was set up after the load came back
+    second = resumed + ops[resumed:].index("settle")
+    assert "method" not in ops[second:]
+    timed_after = [entry for entry in worker.log[second + 1 :] if entry[0] == "go"]
+    assert timed_after and all(index >= 0 for _, _, index in timed_after)

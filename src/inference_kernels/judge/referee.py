@@ -154,6 +154,7 @@ class Referee:
         self.rested: float | None = None  # how long the device rested for a first call
         self.loaded_since = 0.0  # when the background load last came back
         self.loaded = 0.0  # seconds of background load before that, since that rest
+        self.short_rests = 0.0  # seconds alone since then, in rests each too short to count
         sustained = options.get("regime", "sustained") == "sustained"
         loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
         self.busy = Busy(products(self.device) if loaded else None)  # between cases
@@ -175,13 +176,14 @@ class Referee:
         modules, seconds of a worker's start: ``WorkerHandle.spawn``). A spawned worker
         runs only the judge's code, waiting to be told its case, until its first case: no
         solution code runs beside the current case. Compiled solutions are left to start
-        as before."""
+        as before. Each lane spawns its own (a worker serves one device): on several lanes,
+        one that another lane's jobs outrun is stopped unused."""
         self.prefetcher.ask(message)
         spawn = message.get("spawn")
+        self.upcoming = []  # none named: the spares of an earlier one go at the next job
         if spawn is None:
             return
         definition = schema.Definition.model_validate_json(spawn["definition"])
-        self.upcoming = []
         for text in spawn["solutions"]:
             solution = schema.Solution.model_validate_json(text)
             self.upcoming.append(solution.name)
@@ -469,16 +471,23 @@ class Referee:
 
     def _load_again(self, first: bool = False) -> None:
         """The background load comes back after the solution ran alone: its ``first``
-        call (the case's state starts there), or a sample that sizes the schedule. The
-        device is counted as resting while the solution runs alone; a rest of
-        STEADY_MIN_SECONDS or more starts the count of load since it again, a shorter one
-        neither resets nor adds to it."""
+        call (the case's state starts there), a sample that sizes the schedule, or the
+        rounds of a method sampled again. The device is counted as resting while the
+        solution runs alone; a rest of STEADY_MIN_SECONDS or more starts the count of load
+        since it again, and so do shorter rests once they add up to that (a solution that
+        keeps each of its calls alone just under it rests the device as long)."""
         if self.busy.work is None:
             return
         now = time.monotonic()
         rest = None if self.rested_since is None else now - self.rested_since
-        if first or rest is None or rest >= STEADY_MIN_SECONDS:
-            self.rested, self.loaded = rest, 0.0
+        if first or rest is None:
+            self.rested, self.loaded, self.short_rests = rest, 0.0, rest or 0.0
+        else:
+            self.short_rests += rest
+            if self.short_rests >= STEADY_MIN_SECONDS:
+                self.rested, self.loaded, self.short_rests = self.short_rests, 0.0, 0.0
+        if self.short_rests >= STEADY_MIN_SECONDS:  # a first call that rested long enough
+            self.short_rests = 0.0
         self.busy.start()
         self.loaded_since = now
 
@@ -496,6 +505,12 @@ class Referee:
             yield
         finally:
             self._load_again()
+
+    def _resume(self) -> None:
+        """After a case's rounds, before a method is set up to be sampled again: the
+        background load comes back (the samples were the device's work, not a rest)."""
+        self.rested_since = time.monotonic()
+        self._load_again()
 
     def _settle(self) -> None:
         """Right before a case's timed rounds (sustained regime): the background load stops,
@@ -601,6 +616,7 @@ class Referee:
                 timed |= sampler.time_methods(["eager"], None)
             verdict["timing"].update(timed)
             if self.options.get("kernel_times"):  # what Nsight Compute times: kernels alone
+                self.busy.stop()  # (back after a method sampled again that failed to set up)
                 eager = timed.get("eager", {})
                 calls = eager.get("calls_per_sample", sampler.plan.iters)
                 rest = 0.0
@@ -637,7 +653,7 @@ class Referee:
         sampler.clock = self.clock
         sampler.watch = self.watch
         if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
-            sampler.alone, sampler.settle = self._alone, self._settle
+            sampler.alone, sampler.settle, sampler.resume = self._alone, self._settle, self._resume
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         if sampler.plan.iters > sets.count:

@@ -81,9 +81,11 @@ class Sampler:
     clock: Reader | None = None  # the device's clocks, read after each sample (clocks.py)
     # The referee's load on the device (sustained regime, busy.py): it runs while methods
     # are set up (captures, warmups); ``alone`` holds it off for a sample that sizes the
-    # schedule, and ``settle`` ends it right before the timed rounds, with the steady load.
+    # schedule, ``settle`` ends it right before the timed rounds, with the steady load, and
+    # ``resume`` brings it back after them, for a method to be sampled again.
     alone: Callable[[], AbstractContextManager] = nullcontext
     settle: Callable[[], None] = lambda: None
+    resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -200,8 +202,9 @@ class Sampler:
             if wanted is not None:
                 # The worker's own times say the samples were too short for the outside
                 # check to hold it to them (its warm samples said otherwise): sample again,
-                # longer, this method alone.
+                # longer, this method alone (set up under the load, as the first time).
                 phase = Phase(method, wanted, phase.launch, resampled=True)
+                self.resume()
                 error = self._ready({method: phase}).get(method)
                 if error is not None:
                     entries[method] = {"error": error}
@@ -257,6 +260,8 @@ class Sampler:
     def _rounds(self, phases: list[Phase]) -> None:
         """Samples in rounds until every phase has stopped (see ``time_methods``); they
         follow the referee's ``settle`` with nothing of the worker in between."""
+        if not phases:  # nothing to time (a graph that cannot be captured): no settle
+            return
         least = min(MIN_ROUNDS, self.plan.trials)
         for phase in phases:
             self.refs.pop(phase.method, None)
