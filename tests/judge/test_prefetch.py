@@ -183,3 +183,18 @@ def test_the_next_definitions_worker_is_spawned_while_the_current_case_runs(tmp_
     later = DATASET.tasks[max(first, second)].baseline
     assert f"worker for {later} spawned ahead" in log
     assert judge_processes() <= before  # no worker, spawned ahead or not, is left
+
+
+def test_a_job_named_without_spawn_lets_the_spares_of_an_earlier_one_go(tmp_path):
+    # The spares spawned for a job that another lane took are kept only until this lane's
+    # next job names none (Referee.ahead): they are then stopped at its next prepare.
+    from inference_kernels.judge import referee as referee_module
+
+    options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
+    referee = referee_module.Referee("cpu", options)
+    asked = []
+    referee.prefetcher.ask = asked.append
+    referee.upcoming = ["spare_of_another_lane"]
+    referee.ahead({"op": "prefetch"})
+    assert referee.upcoming == [] and asked == [{"op": "prefetch"}]
+    referee.close()

@@ -142,10 +142,15 @@ def test_set_comparison_finds_any_one_byte_changed_at_any_width_and_offset(row_b
 
 
 @pytest.mark.parametrize("copy_bytes", [1, 1 << 40])  # each window copied alone; one kernel
-def test_large_and_small_windows_are_written_and_compared_alike(monkeypatch, copy_bytes):
+@pytest.mark.parametrize("check_bytes", [100, 1 << 28])  # chunks of a few sets; of CHECK_CHUNK
+def test_large_and_small_windows_are_written_and_compared_alike(
+    monkeypatch, copy_bytes, check_bytes
+):
     from inference_kernels.judge import fresh as fresh_module
+    from inference_kernels.judge import sets as sets_module
 
     monkeypatch.setattr(fresh_module, "COPY_BYTES", copy_bytes)
+    monkeypatch.setattr(sets_module, "CHECK_BYTES", check_bytes)
     x, y = torch.randn(6, 10).bfloat16(), torch.randn(5)
     fresh = Fresh([x, y])
     sets = InputSets([x, y], ["x", "y"], 70, CPU)  # more sets than one compared chunk
