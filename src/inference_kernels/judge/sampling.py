@@ -57,6 +57,13 @@ from .workers import CaseEnded, WorkerHandle
 # of a phase's samples: chosen among the first rounds only, a solution honest there and
 # stale in the rounds that adaptive repetition adds would never be checked.
 CHECKS = 2
+# Eager calls on a graph's side stream before it is captured (``timing.capture``), for what
+# a stream sets up lazily (a cuBLAS workspace): the case's first call and the calibration's
+# samples have run the solution already, and the capture's own replay warms the graph. The
+# plan's warmup (up to ten calls, twice with an extension) ran under the background load
+# and shared the device with it: a case's setup grew 0.12 s on the H200 (c839524 against
+# ae23d6d, docs/measurements/case-breakdown.md).
+CAPTURE_WARMUP = 1
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
 
 
@@ -165,7 +172,7 @@ class Sampler:
         """Prepare the method's launches or capture its graph; the reason it cannot be
         timed, if it cannot. ``extend``: the sets are those of the graph already captured,
         which then only captures the calls it lacks."""
-        setup = {"op": "method", "method": method, "calls": iters, "warmup": self.plan.warmup}
+        setup = {"op": "method", "method": method, "calls": iters, "warmup": CAPTURE_WARMUP}
         if launch:
             setup["launch"] = launch
         if extend:
