@@ -139,8 +139,8 @@ def test_clocks_read_after_each_sample_are_summarized_with_the_time_in_cycles():
     assert clocks["median_cycles"] == round(entries["graph"]["median_us"] * clocks["median_sm_mhz"])
 
 
-def test_a_graph_that_cannot_be_captured_leaves_the_other_phases_timed():
-    worker = ScriptedWorker(lambda method, index: 5000.0)
+def no_graph(worker):
+    """The worker cannot capture a graph: its setup answers unavailable."""
     original = worker.ask
 
     def ask(message, fds, *kinds):
@@ -149,6 +149,11 @@ def test_a_graph_that_cannot_be_captured_leaves_the_other_phases_timed():
         return original(message, fds, *kinds)
 
     worker.ask = ask
+
+
+def test_a_graph_that_cannot_be_captured_leaves_the_other_phases_timed():
+    worker = ScriptedWorker(lambda method, index: 5000.0)
+    no_graph(worker)
     entries = sampler(worker).time_methods(METHODS, None)
     assert entries["graph"] == {"error": "no capture"}
     assert entries["eager"]["rounds"] == entries["prepared"]["rounds"] == schedule.MIN_ROUNDS
@@ -253,14 +258,7 @@ def test_no_settle_when_nothing_is_timed_and_a_resampled_method_is_set_up_under_
     A method sampled again, longer, is set up after the load came back (``resume``), and
     its rounds follow a settle of their own, with no message to the worker in between."""
     worker = ScriptedWorker(lambda method, index: 1000.0)
-    original = worker.ask
-
-    def ask(message, fds, *kinds):
-        if message["op"] == "method" and message["method"] == "graph":
-            return protocol.Unavailable(op="unavailable", method="graph", error="no capture")
-        return original(message, fds, *kinds)
-
-    worker.ask = ask
+    no_graph(worker)
     made = sampler(worker)
     made.settle = lambda: worker.log.append(("settle", None, None))
     made.resume = lambda: worker.log.append(("resume", None, None))
