@@ -481,13 +481,10 @@ class Referee:
         now = time.monotonic()
         rest = None if self.rested_since is None else now - self.rested_since
         if first or rest is None:
-            self.rested, self.loaded, self.short_rests = rest, 0.0, rest or 0.0
-        else:
-            self.short_rests += rest
-            if self.short_rests >= STEADY_MIN_SECONDS:
-                self.rested, self.loaded, self.short_rests = self.short_rests, 0.0, 0.0
-        if self.short_rests >= STEADY_MIN_SECONDS:  # a first call that rested long enough
-            self.short_rests = 0.0
+            self.rested, self.loaded, self.short_rests = rest, 0.0, 0.0
+        self.short_rests += rest or 0.0
+        if self.short_rests >= STEADY_MIN_SECONDS:
+            self.rested, self.loaded, self.short_rests = self.short_rests, 0.0, 0.0
         self.busy.start()
         self.loaded_since = now
 
