@@ -46,3 +46,40 @@ def candidates_request(tmp_path: Path, candidates: list[Path], **options) -> Req
         cache=tmp_path / "cache",
         **{"timeout": 30, **options},
     )
+
+
+def prepared_referee(tmp_path: Path, methods: list[str]):
+    """A CPU referee in this process, with DEFINITION's smallest workload prepared for its
+    baseline: (the referee, the baseline's judge message). Close the referee after use."""
+    from inference_kernels.dataset.layout import load_dataset
+    from inference_kernels.judge.referee import Referee
+
+    dataset = load_dataset(ROOT / "dataset")
+    task = dataset.tasks[DEFINITION]
+    solution = dataset.solutions[task.baseline]
+    workload = min(dataset.workloads[DEFINITION], key=lambda w: sum(w.axes.values()))
+    options = {
+        "folder": str(tmp_path),
+        "cache": str(tmp_path / "cache"),
+        "sandbox": None,
+        "timeout": 60,
+        "lane": "cpu",
+        "validation_only": False,
+        "regime": "sustained",
+        "methods": methods,
+    }
+    referee = Referee("cpu", options)
+    prepared = referee.prepare(
+        {
+            "definition": dataset.definitions[DEFINITION].model_dump_json(),
+            "workload": workload.model_dump(mode="json"),
+            "capture": None,
+            "data_root": str(ROOT / "dataset"),
+            "roofline": None,
+            "tolerance": task.tolerance.model_dump(),
+            "timing": task.timing.model_dump(),
+            "solutions": [solution.name],
+        }
+    )
+    assert prepared["ok"], prepared
+    return referee, {"solution": solution.model_dump_json()}

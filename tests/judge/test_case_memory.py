@@ -7,61 +7,31 @@ until the referee's next full garbage collection, and an audit ran the referee o
 device memory (85 GiB held by PyTorch at that workload, twelfth session)."""
 
 import gc
-from pathlib import Path
 
-from candidates import DEFINITION
+from candidates import prepared_referee
 
-from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge import timing
 from inference_kernels.judge.fresh import Fresh
-from inference_kernels.judge.referee import Referee
 from inference_kernels.judge.sampling import Sampler
 from inference_kernels.judge.sets import InputSets
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_no_sampler_outlives_its_case(tmp_path, monkeypatch):
-    # with the CPU's stand-in for graphs: their sets grow after sizing (the sampler's grow)
+    # with the CPU's stand-in for graphs, timed as in an audit
     monkeypatch.setenv("INFERENCE_KERNELS_FAKE_GRAPH", "1")  # for the worker
     monkeypatch.setattr(timing, "FAKE_GRAPH", True)
-    dataset = load_dataset(ROOT / "dataset")
-    task = dataset.tasks[DEFINITION]
-    solution = dataset.solutions[task.baseline]
-    workload = min(dataset.workloads[DEFINITION], key=lambda w: sum(w.axes.values()))
-    options = {
-        "folder": str(tmp_path),
-        "cache": str(tmp_path / "cache"),
-        "sandbox": None,
-        "timeout": 60,
-        "lane": "cpu",
-        "validation_only": False,
-        "regime": "sustained",
-        "methods": ["eager", "graph"],
-    }
-    referee = Referee("cpu", options)
+    referee, message = None, None
     gc.collect()
     gc.disable()  # what a full collection would free is not freed here
     try:
-        prepared = referee.prepare(
-            {
-                "definition": dataset.definitions[DEFINITION].model_dump_json(),
-                "workload": workload.model_dump(mode="json"),
-                "capture": None,
-                "data_root": str(ROOT / "dataset"),
-                "roofline": None,
-                "tolerance": task.tolerance.model_dump(),
-                "timing": task.timing.model_dump(),
-                "solutions": [solution.name],
-            }
-        )
-        assert prepared["ok"], prepared
+        referee, message = prepared_referee(tmp_path, ["eager", "graph"])
         for _ in range(2):
-            verdict = referee.judge({"solution": solution.model_dump_json()})
+            verdict = referee.judge(message)
             assert verdict["status"] == "passed", verdict
             assert {"eager", "graph"} <= set(verdict["timing"])  # timed: a sampler was made
             alive = [type(o) for o in gc.get_objects() if type(o) in (Sampler, InputSets, Fresh)]
             assert alive == [Fresh]  # the workload's own, until the next one is prepared
     finally:
         gc.enable()
-        referee.close()
+        if referee is not None:
+            referee.close()
