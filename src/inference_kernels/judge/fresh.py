@@ -19,15 +19,13 @@ from typing import Any
 
 import torch
 
+from . import windows
+
 CHUNK = 1 << 24  # pool elements drawn at a time (bounds the float32 temporaries)
 MIN_SPAN = 4096
-# Windows of at least this many bytes are copied one by one (plain contiguous copies, at
-# the device's bandwidth; one launch each is little beside them); smaller ones are gathered
-# for all sets in one indexing kernel, which reads the pool through an overlapping view
-# with generic index arithmetic. With that kernel for every size, the H200 spent 15 ms a
-# sample refreshing (and 19 ms comparing) the 145 sets of a QSA sparse decode workload,
-# two 4.6 MB page inputs each: about 1.4 GB, well under a millisecond of bandwidth
-# (docs/measurements/case-breakdown.md, twelfth session).
+# On the CPU, windows of at least this many bytes are copied one by one; smaller ones are
+# gathered for all sets in one indexing operation over an overlapping view of the pool. (On
+# CUDA both were slow, launches or index arithmetic: windows.py does it in one kernel.)
 COPY_BYTES = 1 << 20
 
 
@@ -80,18 +78,22 @@ class Fresh:
         return value.numel() * value.element_size() >= COPY_BYTES
 
     def gather(self, index: int, offsets: list[int], out: torch.Tensor) -> None:
-        """Write the windows at ``offsets`` of input ``index`` into ``out[0..]``: a copy
-        each when they are large, else one indexing kernel for all of them."""
+        """Write the windows at ``offsets`` of input ``index`` into ``out[0..]``: on CUDA
+        one kernel for all of them; on the CPU a copy each when they are large, else one
+        indexing operation for all of them."""
         count = self.pristine[index].numel()
         rows = out.view(len(offsets), count)
+        if rows.is_cuda:  # one kernel for every window, whatever its size (windows.py)
+            windows.gather(self.pools[index], offsets, rows)
+            return
         if self.large(index):
             pool = self.pools[index]
             for row, offset in zip(rows, offsets, strict=True):
                 row.copy_(pool[offset : offset + count])
             return
-        windows = self.pools[index].unfold(0, count, 1)  # every window, without a copy
-        chosen = torch.tensor(offsets, dtype=torch.long, device=windows.device)
-        torch.index_select(windows, 0, chosen, out=rows)
+        every = self.pools[index].unfold(0, count, 1)  # every window, without a copy
+        chosen = torch.tensor(offsets, dtype=torch.long, device=every.device)
+        torch.index_select(every, 0, chosen, out=rows)
 
     def window(self, index: int, offset: int) -> torch.Tensor:
         value = self.pristine[index]

@@ -19,11 +19,11 @@ import torch
 
 from .fresh import Fresh, floating
 from .shared import SharedBuffer, Slice, nbytes, reference
+from .windows import differ
 
-# Sets compared at a time: the expected windows are written into one temporary (each large
-# window by a plain copy, fresh.gather) and compared in one go, at most CHECK_CHUNK sets and
-# CHECK_BYTES of them. Compared one by one, large windows cost launches, not bandwidth (a
-# 4.6 MB window is about 3 us of the H200's bandwidth, a compare two or three launches).
+# On CUDA every set is compared with its window in one kernel (windows.differ). On the CPU,
+# sets compared at a time: the expected windows are written into one temporary
+# (fresh.gather) and compared in one go, at most CHECK_CHUNK sets and CHECK_BYTES of them.
 CHECK_CHUNK = 64
 CHECK_BYTES = 1 << 28
 
@@ -104,7 +104,11 @@ class InputSets:
         flags: list[tuple[str, torch.Tensor]] = []
         for index, view in self.views.items():
             name, value = self.names[index], self.pristine[index]
-            if fresh is not None and index in fresh.pools:
+            if fresh is not None and index in fresh.pools and view.is_cuda:
+                offsets = [w[index] for w in windows]
+                rows = view[:count].view(count, -1)
+                flags.append((name, differ(fresh.pools[index], offsets, rows)))
+            elif fresh is not None and index in fresh.pools:
                 one = max(1, value.numel() * value.element_size())
                 chunk = max(1, min(CHECK_CHUNK, CHECK_BYTES // one))
                 for start in range(0, count, chunk):
