@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=1.0, help="seconds of heavy load")
     parser.add_argument("--after", type=float, default=1.0, help="seconds of probed bursts")
     options = parser.parse_args()
-    device = torch.device("cuda")
+    device = torch.device("cuda", 0)
     read = reader(device)
     if read is None:
         raise SystemExit("no NVML reader on this device")
