@@ -2,6 +2,7 @@
 
     python3 scripts/audit_probe.py pick [--dataset dataset]   # prints -w UUID ... -s BASELINE ...
     python3 scripts/audit_probe.py estimate PROBE.jsonl [--dataset dataset]
+    python3 scripts/audit_probe.py project PROBE.jsonl --audit AUDIT.jsonl --steps setup,compare
 
 ``pick`` names the first, middle and last workload (``--suite all`` order) of every
 definition; judge them with ``run --suite all --methods graph -w ...``. ``estimate`` then
@@ -9,6 +10,11 @@ prints, per definition, its first case's time (worker start) and the mean of the
 and the full audit's time as the sum over definitions of first + (workloads - 1) x mean,
 with the steps it would spend: an estimate (sizes within a definition vary), not a
 measurement.
+
+``project`` applies the probe's change of the named steps (its seconds a case minus those of
+the same workloads in an earlier audit's report, each definition's first case left out, as
+a mean per definition) to that audit's measured total per definition: what the audit would
+take with those steps changed and the others as they were. Also a projection.
 """
 
 from __future__ import annotations
@@ -67,16 +73,49 @@ def estimate(report: Path, dataset: Path) -> None:
         print(f"not probed (counted as 0): {', '.join(missing)}")
 
 
+def _cases(report: Path) -> dict[str, dict]:
+    rows = (json.loads(line) for line in report.read_text().splitlines() if line.strip())
+    return {row["uuid"]: row for row in rows if row.get("type") == "case"}
+
+
+def project(report: Path, audit: Path, steps: list[str]) -> None:
+    probe, before = _cases(report), _cases(audit)
+    firsts: dict[str, str] = {}
+    for uuid, row in probe.items():
+        firsts.setdefault(row["definition"], uuid)
+    changes = defaultdict(list)
+    for uuid, row in probe.items():
+        if uuid in before and uuid != firsts[row["definition"]]:
+            old, new = before[uuid]["breakdown"], row["breakdown"]
+            changes[row["definition"]].append(sum(new.get(s, 0) - old.get(s, 0) for s in steps))
+    measured = defaultdict(list)
+    for row in before.values():
+        measured[row["definition"]].append(row["seconds"])
+    total = after = 0.0
+    print(f"{'definition':58s} {'n':>4s} {'audit s':>8s} {'projected':>9s}")
+    for name, seconds in sorted(measured.items()):
+        change = statistics.fmean(changes[name]) * len(seconds) if changes[name] else 0.0
+        total, after = total + sum(seconds), after + sum(seconds) + change
+        print(f"{name:58s} {len(seconds):4d} {sum(seconds):8.1f} {sum(seconds) + change:9.1f}")
+    print(f"{len(before)} workloads: {total:.1f} s measured, {after:.1f} s with {', '.join(steps)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["pick", "estimate"])
+    parser.add_argument("command", choices=["pick", "estimate", "project"])
     parser.add_argument("report", nargs="?", type=Path)
     parser.add_argument("--dataset", type=Path, default=Path("dataset"))
+    parser.add_argument("--audit", type=Path, help="project: the earlier audit's report")
+    parser.add_argument("--steps", default="setup", help="project: steps, comma-separated")
     options = parser.parse_args()
     if options.command == "pick":
         print(" ".join(pick(options.dataset)))
     elif options.report is None:
-        parser.error("estimate needs the probe's report")
+        parser.error(f"{options.command} needs the probe's report")
+    elif options.command == "project":
+        if options.audit is None:
+            parser.error("project needs --audit")
+        project(options.report, options.audit, options.steps.split(","))
     else:
         estimate(options.report, options.dataset)
 
