@@ -104,17 +104,18 @@ class InputSets:
         flags: list[tuple[str, torch.Tensor]] = []
         for index, view in self.views.items():
             name, value = self.names[index], self.pristine[index]
-            if fresh is not None and index in fresh.pools and view.is_cuda:
+            if fresh is not None and index in fresh.pools:
                 offsets = [w[index] for w in windows]
-                rows = view[:count].view(count, -1)
-                flags.append((name, differ(fresh.pools[index], offsets, rows)))
-            elif fresh is not None and index in fresh.pools:
+                if view.is_cuda:
+                    rows = view[:count].view(count, -1)
+                    flags.append((name, differ(fresh.pools[index], offsets, rows)))
+                    continue
                 one = max(1, value.numel() * value.element_size())
                 chunk = max(1, min(CHECK_CHUNK, CHECK_BYTES // one))
                 for start in range(0, count, chunk):
                     stop = min(count, start + chunk)
                     expected = torch.empty_like(view[start:stop])
-                    fresh.gather(index, [w[index] for w in windows[start:stop]], expected)
+                    fresh.gather(index, offsets[start:stop], expected)
                     flags.append((name, _differs(view[start:stop], expected)))
             else:
                 used = view[:1] if self.shared(index) else view[:count]
