@@ -118,7 +118,17 @@ def test_rows_that_fail_their_mac_are_dropped_on_resume_and_the_file_rewritten(t
         earlier_rows(path)
 
 
-def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_path):
+@pytest.fixture(params=["read", "uploaded"])
+def cache_path(request, monkeypatch):
+    """Both ways a cached reference is loaded: read into memory (CPU) and sent through
+    pinned buffers, hashed there (CUDA; here into CPU memory, the same code)."""
+    from inference_kernels.judge import reference_cache
+
+    monkeypatch.setattr(reference_cache, "_uploads", lambda device: request.param == "uploaded")
+    return request.param
+
+
+def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_path, cache_path):
     cache = ReferenceCache(tmp_path, key())
     outputs = [torch.arange(6.0).reshape(2, 3), torch.tensor([1, 2], dtype=torch.int32)]
     cache.store("k", outputs)
@@ -134,7 +144,9 @@ def test_a_cached_reference_that_fails_its_mac_is_recomputed_not_trusted(tmp_pat
     assert ReferenceCache(tmp_path, bytes(32)).load("k", torch.device("cpu")) is None  # other key
 
 
-def test_cached_references_load_as_views_of_the_authenticated_bytes(tmp_path, monkeypatch):
+def test_cached_references_load_as_views_of_the_authenticated_bytes(
+    tmp_path, monkeypatch, cache_path
+):
     from inference_kernels.judge import reference_cache
 
     monkeypatch.setattr(reference_cache, "CHUNK", 64)  # several chunks, hashed on threads
@@ -151,10 +163,21 @@ def test_cached_references_load_as_views_of_the_authenticated_bytes(tmp_path, mo
     assert [o.dtype for o in loaded] == [o.dtype for o in outputs]
     assert all(torch.equal(a, b) for a, b in zip(loaded, outputs, strict=True))
     data = bytearray((tmp_path / "k.safetensors").read_bytes())
-    begin = ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data))
-    views = reference_cache.views(data)  # no copies: every non-empty tensor lies in the buffer
-    inside = [begin <= v.data_ptr() < begin + len(data) for v in views.values() if v.numel()]
-    assert inside == [True] * 4
+    if cache_path == "read":
+        begin = ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data))
+        views = reference_cache.views(data)  # no copies: each non-empty tensor in the buffer
+        inside = [begin <= v.data_ptr() < begin + len(data) for v in views.values() if v.numel()]
+        assert inside == [True] * 4
+    else:  # one buffer on the device
+        uploaded, digests = reference_cache._uploaded(
+            tmp_path / "k.safetensors", torch.device("cpu")
+        )
+        assert bytes(uploaded.numpy()) == bytes(data)
+        assert digests == reference_cache.chunk_digests(data) and len(digests) > 32
+        views = reference_cache.views(uploaded)
+        begin = uploaded.data_ptr()
+        inside = [begin <= v.data_ptr() < begin + len(data) for v in views.values() if v.numel()]
+        assert inside == [True] * 4
     for index in range(len(data) - 1, len(data) - 200, -37):  # a byte in a later chunk
         changed = bytearray(data)
         changed[index] ^= 1
@@ -192,3 +215,20 @@ def test_text_a_solution_controls_is_printed_as_text(tmp_path):
     rows = map(json.loads, (tmp_path / "r.jsonl").read_text().splitlines())
     cases = [r for r in rows if r.get("type") == "case" and r["solution"] == "markup[b]"]
     assert [r["status"] for r in cases] == ["runtime_error"] * 2
+
+
+@pytest.mark.gpu
+def test_a_cached_reference_reaches_the_gpu_authenticated(tmp_path):
+    """The CUDA path: mapped, hashed in pinned buffers, sent from there; one flipped bit in
+    a later chunk of a 200 MB entry and it is refused."""
+    device = torch.device("cuda", 0)
+    cache = ReferenceCache(tmp_path, key())
+    outputs = [torch.randn(50_000_000), torch.arange(3, dtype=torch.bfloat16)]
+    cache.store("k", outputs)
+    loaded = cache.load("k", device)
+    assert [o.device.type for o in loaded] == ["cuda", "cuda"]
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(loaded, outputs, strict=True))
+    data = bytearray((tmp_path / "k.safetensors").read_bytes())
+    data[150_000_000] ^= 1
+    (tmp_path / "k.safetensors").write_bytes(data)
+    assert cache.load("k", device) is None

@@ -318,27 +318,45 @@ def reference(
     if cache is not None:
         _writable(cache / "references", folder=True)
     loaded, cases = _cases(dataset, definition, suite, workload)
+    root = data_root or loaded.root
+    fill = _fill(cache, device)
     runs = []
     stream = report.open("a") if report else None
-    with _progress(transient=True) as progress:
-        bar = progress.add_task("references", total=len(cases))
-        for d, w in cases:
-            progress.update(bar, description=d.name[:40])
-            run = run_case(
-                d,
-                w,
-                data_root=data_root or loaded.root,
-                device=device,
-                capture=loaded.captures.get(w.uuid),
-                keep=_keeper(cache, d, w, device),
-            )
-            runs.append(run)
-            if stream:
-                stream.write(json.dumps(run.to_dict()) + "\n")
-                stream.flush()
-            progress.advance(bar)
-    if stream:
-        stream.close()
+    try:
+        with _progress(transient=True) as progress:
+            bar = progress.add_task("references", total=len(cases))
+            for index, (d, w) in enumerate(cases):
+                progress.update(bar, description=d.name[:40])
+                capture = loaded.captures.get(w.uuid)
+                made = None
+                if fill is not None:
+                    made = fill.inputs(fill.request(d, w, capture, root))
+                    if index + 1 < len(cases):
+                        d2, w2 = cases[index + 1]
+                        fill.ahead(fill.request(d2, w2, loaded.captures.get(w2.uuid), root))
+                run = run_case(
+                    d,
+                    w,
+                    data_root=root,
+                    device=device,
+                    capture=capture,
+                    keep=fill.keeper(d, w) if fill is not None else None,
+                    made=made,
+                )
+                runs.append(run)
+                if stream:
+                    stream.write(json.dumps(run.to_dict()) + "\n")
+                    stream.flush()
+                if fill is not None and fill.failed:
+                    _fail(fill.failed, 1)
+                progress.advance(bar)
+    finally:
+        if fill is not None:
+            fill.close()
+        if stream:
+            stream.close()
+    if fill is not None and fill.failed:
+        _fail(fill.failed, 1)
     failed = [r for r in runs if r.status != "passed"]
     if as_json:
         print(json.dumps({"cases": [r.to_dict() for r in runs], "failed": len(failed)}, indent=2))
@@ -348,15 +366,15 @@ def reference(
         raise typer.Exit(1)
 
 
-def _keeper(cache: Path | None, definition, workload, device: str):
-    """Stores a workload's reference outputs where the judge looks for them, or None."""
+def _fill(cache: Path | None, device: str):
+    """The judge's reference cache to fill (judge/reference_fill.py), or None. On CUDA the
+    next workload's inputs are made on the CPU while the current reference runs; on the
+    CPU that would take the reference's own cores."""
     if cache is None:
         return None
-    from ..judge.reference_cache import ReferenceCache, reference_key
-    from ..signing import key
+    from ..judge.reference_fill import Fill
 
-    store = ReferenceCache(cache / "references", key()).store
-    return lambda outputs: store(reference_key(definition, workload, device), outputs)
+    return Fill(cache, device, prefetch=device.startswith("cuda"))
 
 
 def _reference_table(runs) -> None:

@@ -5,11 +5,15 @@ judge's key over the cache key and the SHA-256 of each CHUNK of the file's bytes
 folder no worker can see. An entry that is missing, torn or fails its MAC is deleted and
 recomputed, never trusted.
 
-The largest entries are a GB (the FP32 output of a BF16 GEMM at M 24,576): an audit reads
-hundreds. The file is read once into memory, its chunks hashed on several threads, and the
-tensors are views of those same bytes (no second copy) until they go to the device: on
-the H200 a read, one HMAC over the whole file and a copy by ``safetensors`` took 0.56 s a
-case for those GEMMs (docs/measurements/case-breakdown.md, eleventh session).
+The largest entries are GBs (the FP32 output of a BF16 GEMM at M 24,576 is 1.2 GB, of the
+largest 11x11x11 neighborhood attention 5 GB): an audit reads 38 GB of them. For a CUDA
+device the file is mapped, and each CHUNK is copied into a pinned buffer, hashed there and
+sent to the device from there, several chunks at once (``host_to_device.upload``): what
+is authenticated is what reaches the device, and the tensors are views of that one device
+buffer. Read into new memory first and copied from pageable memory, 1 GB took 1.05 s on the
+H200 machine; through pinned buffers, about 0.05 s plus the hashing (``benchmarks/h2d.py``).
+Elsewhere the file is read into memory, its chunks hashed on several threads, and the
+tensors are views of those bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +30,7 @@ import torch
 from safetensors.torch import load, save
 
 from .. import schema
+from ..host_to_device import upload
 from ..materialize.standins import STANDIN_VERSION
 from ..signing import mac
 
@@ -57,10 +63,15 @@ class ReferenceCache:
     def load(self, key: str, device: torch.device) -> list[torch.Tensor] | None:
         data_path, tag_path = self._paths(key)
         try:
-            data, tag = _read(data_path), tag_path.read_text().strip()
+            tag = tag_path.read_text().strip()
+            if _uploads(device):
+                data, digests = _uploaded(data_path, device)
+            else:
+                data = _read(data_path)
+                digests = chunk_digests(data)
         except OSError:
             return None
-        if not hmac.compare_digest(tag, self._tag(key, data)):
+        if not hmac.compare_digest(tag, mac(self.secret, b"reference", key.encode(), digests)):
             for path in (data_path, tag_path):
                 path.unlink(missing_ok=True)
             return None
@@ -106,6 +117,35 @@ def chunk_digests(data: bytes | bytearray) -> bytes:
         return b"".join(pool.map(lambda s: hashlib.sha256(view[s : s + CHUNK]).digest(), starts))
 
 
+def _uploads(device: torch.device) -> bool:
+    """Whether a load goes to the device through pinned buffers (the tests set it for the
+    CPU, to run that path)."""
+    return device.type == "cuda"
+
+
+def _uploaded(path: Path, device: torch.device) -> tuple[torch.Tensor, bytes]:
+    """The file's bytes on ``device`` (uint8) and its chunks' digests, hashed from the
+    pinned buffers the bytes went to the device from."""
+    with path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        if size == 0:
+            raise OSError(f"{path}: empty")
+        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY)  # torch wants it writable
+    try:
+        source = torch.frombuffer(mapped, dtype=torch.uint8)
+        on_device = torch.empty(size, dtype=torch.uint8, device=device)
+        digests: list[bytes] = [b""] * (-(-size // CHUNK))
+
+        def each(index: int, chunk: memoryview) -> None:
+            digests[index] = hashlib.sha256(chunk).digest()
+
+        upload([(source, on_device)], each, CHUNK)
+        del source
+    finally:
+        mapped.close()
+    return on_device, b"".join(digests)
+
+
 def _read(path: Path) -> bytearray:
     """The whole file in one writable buffer (tensors may be views of it)."""
     with path.open("rb") as file:
@@ -115,10 +155,13 @@ def _read(path: Path) -> bytearray:
     return data
 
 
-def views(data: bytearray) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file held in ``data``, as views of it where their
-    offsets are aligned to their element size (else, or for a dtype not named here, as
-    ``safetensors`` loads them: copies). The bytes were authenticated before this."""
+def views(data: bytearray | torch.Tensor) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file held in ``data`` (host bytes, or a uint8 tensor on
+    a device), as views of it where their offsets are aligned to their element size (else,
+    or for a dtype not named here, as ``safetensors`` loads them: copies, on the host). The
+    bytes were authenticated before this."""
+    if isinstance(data, torch.Tensor):
+        return _device_views(data)
     size = int.from_bytes(data[:8], "little")
     header = json.loads(bytes(data[8 : 8 + size]))
     header.pop("__metadata__", None)
@@ -135,4 +178,22 @@ def views(data: bytearray) -> dict[str, torch.Tensor]:
         else:  # frombuffer refuses an empty view
             flat = torch.empty(0, dtype=dtype)
         found[name] = flat.reshape(entry["shape"])
+    return found
+
+
+def _device_views(data: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``views`` of a file's bytes on a device: its header is read back to the host."""
+    size = int.from_bytes(bytes(data[:8].cpu().tolist()), "little")
+    header = json.loads(bytes(data[8 : 8 + size].cpu().numpy()))
+    header.pop("__metadata__", None)
+    base, found = 8 + size, {}
+    for name, entry in header.items():
+        dtype = _DTYPES.get(entry["dtype"])
+        begin, end = entry["data_offsets"]
+        if dtype is None or end < begin:
+            return {k: v.to(data.device) for k, v in load(bytes(data.cpu().numpy())).items()}
+        flat = data[base + begin : base + end]
+        if (base + begin) % dtype.itemsize:
+            flat = flat.clone()  # an allocation of its own is aligned
+        found[name] = flat.view(dtype).reshape(entry["shape"])
     return found

@@ -16,6 +16,7 @@ import torch
 
 from ..dataset import blobs
 from ..dataset.shapes import verify_tensor
+from ..host_to_device import to_device
 from ..schema import CaptureRecord, Definition, RandomInput, SafetensorsInput, ScalarInput, Workload
 from . import standins
 
@@ -42,7 +43,9 @@ class Materialized:
         """The same inputs with every tensor on ``device`` (made on the CPU elsewhere:
         judge/prefetch.py, which leaves model parameters, kept per device, to
         ``materialize``)."""
-        values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in self.values]
+        tensors = [v for v in self.values if isinstance(v, torch.Tensor)]
+        moved = iter(to_device(tensors, torch.device(device)))
+        values = [next(moved) if isinstance(v, torch.Tensor) else v for v in self.values]
         return Materialized(self.names, values, self.origins, self.generator, self.metadata)
 
     def nbytes(self) -> int:

@@ -23,7 +23,7 @@ from ..dataset.receipts import engine_outputs, load_engine_output
 from ..dtypes import dtype_name
 from ..errors import DatasetError
 from ..schema import CaptureRecord, Definition, Tolerance, Workload
-from .inputs import materialize
+from .inputs import Materialized, materialize
 from .references import ambiguous_rows, output_problems, run_reference
 
 
@@ -64,10 +64,12 @@ def run_case(
     capture: CaptureRecord | None = None,
     tolerance: Tolerance | None = None,
     keep: Callable[[list[torch.Tensor]], None] | None = None,
+    made: Materialized | None = None,
 ) -> ReferenceRun:
     """With ``tolerance``, the reference outputs are also compared with the engine outputs
     the capture record names (a replay). ``keep`` receives outputs that passed (the judge's
-    reference cache, filled ahead of a run)."""
+    reference cache, filled ahead of a run). ``made``: the workload's inputs, made ahead on
+    the CPU (judge/reference_fill.py); they go to the device here."""
     target = torch.device(device)
     run = ReferenceRun(definition.name, workload.uuid, dict(workload.axes), str(target))
     if target.type == "cuda":
@@ -75,9 +77,12 @@ def run_case(
         torch.cuda.reset_peak_memory_stats(target)
     try:
         started = time.perf_counter()
-        inputs = materialize(
-            definition, workload, data_root=data_root, device=target, capture=capture
-        )
+        if made is not None:
+            inputs = made.to(target)
+        else:
+            inputs = materialize(
+                definition, workload, data_root=data_root, device=target, capture=capture
+            )
         _synchronize(target)
         run.materialize_seconds = time.perf_counter() - started
         run.inputs, run.generator, run.input_bytes = (
@@ -110,7 +115,7 @@ def run_case(
     except Exception as error:  # a reference that raises is a failed case, not a crash
         run.status, run.problems = "reference_error", [f"{type(error).__name__}: {error}"]
     finally:
-        inputs = outputs = None
+        inputs = outputs = made = None
         if run.status in ("input_error", "reference_error"):
             # a traceback's frames may hold the inputs in a cycle; otherwise counting
             # references frees them, and a full collection per workload cost 50-100 ms
