@@ -78,7 +78,8 @@ def main() -> None:
                     "statuses": sorted(
                         {s for r in runs[str(tree)] for s in r[shape][method]["statuses"]}
                     ),
-                    "sm_mhz": [r[shape][method]["sm_mhz"] for r in runs[str(tree)]],
+                    # (trees before issue 13 do not record clocks)
+                    "sm_mhz": [r[shape][method].get("sm_mhz") for r in runs[str(tree)]],
                 }
         if len(trees) == 2:
             a, b = (entry[str(t)] for t in trees)

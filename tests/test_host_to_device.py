@@ -42,5 +42,5 @@ def test_tensors_reach_the_gpu_byte_for_byte():
     for value, on in zip(values, moved, strict=True):
         assert on.device == device and on.dtype == value.dtype and on.shape == value.shape
         assert torch.equal(
-            on.cpu().reshape(-1).view(torch.uint8), value.reshape(-1).view(torch.uint8)
+            on.cpu().reshape(-1).view(torch.uint8), value.contiguous().reshape(-1).view(torch.uint8)
         )

@@ -2,9 +2,9 @@
 
 The referee moves every workload's inputs (a private mapping of the prefetch helper's
 memfd) and its cached reference (a file under the cache) to the device. From pageable
-memory the driver stages the copy itself: 4.6 GB/s on the H200 machine, where the same
-bytes copied by us into pinned buffers in chunks of 64 MB and sent from there went at
-21 GB/s (``benchmarks/h2d.py``, fifteenth session: 1 GB in 0.22 s against 0.047 s).
+memory the driver stages the copy itself: 1 GB in 0.18-0.22 s on the H200 machines, where
+the same bytes copied by us into pinned buffers in chunks of 64 MB, several at once, and
+sent from there took 0.047-0.062 s (``benchmarks/h2d.py``, fifteenth session).
 
 ``upload`` splits each (source, destination) pair into chunks; each of THREADS threads
 copies a chunk into its own pinned buffer, shows it to ``each`` (the reference cache
@@ -26,6 +26,7 @@ import torch
 
 CHUNK = 64 << 20  # bytes
 THREADS = max(1, min(8, (os.cpu_count() or 2) // 2))
+SMALL = 2 * CHUNK  # bytes: less goes by ``.to``
 Each = Callable[[int, memoryview], None]  # (chunk index over all pairs, its bytes)
 
 _slots: dict[tuple[bool, int], queue.SimpleQueue] = {}  # the buffers, kept between uploads
@@ -93,8 +94,10 @@ def _copy(slot, source, destination, start, end, cuda, each, index) -> None:
 
 
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """Host tensors copied to ``device`` (CUDA: through ``upload``; else ``.to``)."""
-    if device.type != "cuda":
+    """Host tensors copied to ``device``: through ``upload`` on CUDA when they are SMALL
+    bytes or more in all, else by ``.to`` (64 MB: 11 ms by ``.to``, 16 ms through
+    ``upload``, whose threads and events cost more than they save there)."""
+    if device.type != "cuda" or sum(t.numel() * t.element_size() for t in tensors) < SMALL:
         return [t.to(device) for t in tensors]
     made = [torch.empty(t.shape, dtype=t.dtype, device=device) for t in tensors]
     pairs = [

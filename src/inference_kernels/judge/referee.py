@@ -13,6 +13,7 @@ itself; a worker can only end its own case early with a failure.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import traceback
 from collections.abc import Iterator
@@ -105,7 +106,9 @@ SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 # copy of the same baseline 6% (GEMM) and 22% (SDPA) slower than the first four, in every
 # mode; with arenas of 4 GiB all five agreed within 0.3% (timing_fidelity.py, seventh
 # session). So a job of N solutions gives each worker 1/N of the cap.
-SETS_BUDGET_CUDA_MAX = 16 << 30
+SETS_BUDGET_CUDA_MAX = int(
+    os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES") or 16 << 30
+)  # (tests)
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
 # CUDA one arena of the sets budget (fraction and cap above), made when it starts and
