@@ -101,28 +101,28 @@ SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 # kernel slower, the 26 us SDPA of noncausal_dense_attention_h32_d64 in 37.3 us of kernel
 # time (CUPTI) against 25.1 us from an arena of 8 or 16 GiB or from buffers of their own
 # size; the 10 us one 11.3 against 9.4 (docs/measurements/h200-regimes.md, sixth session).
-# The cap is for all the lane's workers together: a job of several solutions keeps a worker
-# for each, and each has an arena. Five workers with arenas of 16 GiB (80 GiB) ran the fifth
-# copy of the same baseline 6% (GEMM) and 22% (SDPA) slower than the first four, in every
-# mode; with arenas of 4 GiB all five agreed within 0.3% (timing_fidelity.py, seventh
-# session). So a job of N solutions gives each worker 1/N of the cap.
-SETS_BUDGET_CUDA_MAX = int(
-    os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES") or 16 << 30
-)  # (tests)
+# Each worker of a job has the whole cap, however many solutions the job has. From b31c790
+# to the fifteenth session a job of N solutions gave each worker 1/N of it (the fifth of
+# five workers with 16 GiB arenas had run 6-22% slower once): a worker then got too few
+# sets for a full sample (it never reuses one within a sample), and with 16 or 43 sets the
+# SDPA of timing_fidelity.py ran 196 us of kernel time against 162 us with 91 sets or more,
+# one worker as with five; five workers of 16 GiB each all ran at 162.6-162.8 us
+# (docs/measurements/h200-timing-fidelity.md, fifteenth session). A job of many large
+# solutions still shrinks the later workers' arenas: each gets a quarter of what is free.
+SETS_BUDGET_CUDA_MAX = int(os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES") or 16 << 30)
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
 # CUDA one arena of the sets budget (fraction and cap above), made when it starts and
 # lent in slices to every case it judges. A worker replaced whenever its buffers outgrew a
 # limit cost an audit 3.5 s in one case of three (H200, issue 13): every case lent new
-# buffers of its own sizes. One that holds more than its share of the cap between cases (a
-# case that needed more than its arena) is replaced, so that its buffers can be freed.
+# buffers of its own sizes. One that holds more than the cap between cases (a case that
+# needed more than its arena) is replaced, so that its buffers can be freed.
 POOL_CPU = 2 << 30  # bytes
 
 
-def sets_budget_cuda(free: int, share: int = 1) -> int:
-    """Bytes of timing input sets when ``free`` bytes of device memory are at hand and the
-    job has ``share`` solutions (each with a worker and an arena of its own)."""
-    return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX // max(1, share))
+def sets_budget_cuda(free: int) -> int:
+    """Bytes of timing input sets when ``free`` bytes of device memory are at hand."""
+    return min(int(free * SETS_BUDGET_CUDA_FRACTION), SETS_BUDGET_CUDA_MAX)
 
 
 def steady_seconds(rested: float | None, loaded: float = 0.0) -> float:
@@ -172,7 +172,6 @@ class Referee:
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
-        self.share = 1  # solutions in the current job: each worker's share of the sets cap
         self.prefetcher = Prefetcher()  # the next workload's inputs (prefetch.py)
         self.spares: dict[str, WorkerHandle] = {}  # workers of a later job, spawned (ahead)
         self.upcoming: list[str] = []  # the solutions of the job they were spawned for
@@ -223,10 +222,9 @@ class Referee:
 
     def prepare(self, message: dict[str, Any]) -> dict[str, Any]:
         self.current = None
-        self.share = max(1, len(message["solutions"]))
         self._drop_spares(message["solutions"] + self.upcoming)
         for name in list(self.workers):
-            if name not in message["solutions"] or self._over_share(self.workers[name]):
+            if name not in message["solutions"]:
                 self._retire(name)
         definition = schema.Definition.model_validate_json(message["definition"])
         workload = schema.Workload.model_validate(message["workload"])
@@ -350,7 +348,7 @@ class Referee:
             self.workers[solution.name] = handle
             if isinstance(handle, WorkerHandle) and self.device.type == "cuda":
                 free, _ = torch.cuda.mem_get_info(self.device)
-                handle.arena_bytes = sets_budget_cuda(free, self.share)
+                handle.arena_bytes = sets_budget_cuda(free)
         if isinstance(handle, str):
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
@@ -363,12 +361,8 @@ class Referee:
     def _pool_limit(self) -> int:
         """Bytes of input buffers a worker may keep between its cases."""
         if self.device.type == "cuda":
-            return SETS_BUDGET_CUDA_MAX // self.share
+            return SETS_BUDGET_CUDA_MAX
         return POOL_CPU
-
-    def _over_share(self, handle: WorkerHandle | str) -> bool:
-        """A worker of an earlier job that holds more than this job's share of the cap."""
-        return isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit()
 
     def _retire(self, name: str) -> None:
         handle = self.workers.pop(name)
@@ -553,7 +547,7 @@ class Referee:
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             room = worker.pooled(idle_only=True)
-            budget = outputs = sets_budget_cuda(free + room, self.share)
+            budget = outputs = sets_budget_cuda(free + room)
         else:
             room, budget, outputs = 0, SETS_BUDGET_CPU, OUTPUTS_BUDGET_CPU
         calls = outputs // max(sum(o.numel() * o.element_size() for o in job.expected), 1)
