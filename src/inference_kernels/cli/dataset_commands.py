@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -328,12 +329,13 @@ def reference(
             for index, (d, w) in enumerate(cases):
                 progress.update(bar, description=d.name[:40])
                 capture = loaded.captures.get(w.uuid)
-                made = None
+                made, waited = None, time.perf_counter()
                 if fill is not None:
                     made = fill.inputs(fill.request(d, w, capture, root))
                     if index + 1 < len(cases):
                         d2, w2 = cases[index + 1]
                         fill.ahead(fill.request(d2, w2, loaded.captures.get(w2.uuid), root))
+                waited = time.perf_counter() - waited  # for the helper: part of making them
                 run = run_case(
                     d,
                     w,
@@ -343,6 +345,7 @@ def reference(
                     keep=fill.keeper(d, w) if fill is not None else None,
                     made=made,
                 )
+                run.materialize_seconds += waited
                 runs.append(run)
                 if stream:
                     stream.write(json.dumps(run.to_dict()) + "\n")
