@@ -9,8 +9,10 @@ sent from there took 0.047-0.062 s (``benchmarks/h2d.py``, fifteenth session).
 ``upload`` splits each (source, destination) pair into chunks; each of THREADS threads
 copies a chunk into its own pinned buffer, shows it to ``each`` (the reference cache
 hashes it there: what it authenticates is what goes to the device), sends it and waits
-for the copy before taking the next chunk. Off CUDA the buffers are plain memory and the
-same code runs (the CPU tests use it so).
+for the copy before taking the next chunk. The copies wait for what the caller's stream
+had queued (the destinations may be memory just freed there). Each process keeps THREADS
+pinned buffers of CHUNK bytes (512 MB) once it has uploaded. Off CUDA the buffers are plain
+memory and the same code runs (the CPU tests use it so).
 """
 
 from __future__ import annotations
@@ -62,11 +64,16 @@ def upload(
         return
     cuda = any(destination.device.type == "cuda" for _, destination, _, _ in jobs)
     free = _buffers(cuda and torch.cuda.is_available(), chunk)
+    ready = {}  # per device: the caller's stream so far (the destinations may be new there)
+    if cuda:
+        for device in {destination.device for _, destination, _, _ in jobs}:
+            ready[device] = torch.cuda.Event()
+            ready[device].record(torch.cuda.current_stream(device))
 
     def one(index: int) -> None:
         slot = free.get()
         try:
-            _copy(slot, *jobs[index], cuda, each, index)
+            _copy(slot, *jobs[index], ready, each, index)
         finally:
             free.put(slot)
 
@@ -78,26 +85,31 @@ def upload(
             pass
 
 
-def _copy(slot, source, destination, start, end, cuda, each, index) -> None:
+def _copy(slot, source, destination, start, end, ready, each, index) -> None:
     staged = slot[: end - start]
     np.copyto(staged.numpy(), source[start:end].numpy())  # one thread's memcpy
     if each is not None:
         each(index, memoryview(staged.numpy()))
-    if not cuda:
+    if destination.device.type != "cuda":
         destination[start:end].copy_(staged)
         return
     with torch.cuda.device(destination.device):
-        destination[start:end].copy_(staged, non_blocking=True)
+        stream = torch.cuda.current_stream()
+        stream.wait_event(ready[destination.device])
         done = torch.cuda.Event()
-        done.record()
-        done.synchronize()  # before the slot takes the next chunk
+        try:
+            destination[start:end].copy_(staged, non_blocking=True)
+        finally:
+            done.record(stream)
+            done.synchronize()  # before the slot takes the next chunk, whatever happened
 
 
 def to_device(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
     """Host tensors copied to ``device``: through ``upload`` on CUDA when they are SMALL
     bytes or more in all, else by ``.to`` (64 MB: 11 ms by ``.to``, 16 ms through
     ``upload``, whose threads and events cost more than they save there)."""
-    if device.type != "cuda" or sum(t.numel() * t.element_size() for t in tensors) < SMALL:
+    small = sum(t.numel() * t.element_size() for t in tensors) < SMALL
+    if device.type != "cuda" or small or any(t.device.type != "cpu" for t in tensors):
         return [t.to(device) for t in tensors]
     made = [torch.empty(t.shape, dtype=t.dtype, device=device) for t in tensors]
     pairs = [

@@ -3,6 +3,7 @@ the inputs made ahead by the prefetch helper, the outputs stored by a thread of 
 What it keeps must be what the referee would compute, and a store that fails must stop the
 fill with its workload named, not be lost or blamed on another workload."""
 
+import pytest
 import torch
 from candidates import ROOT
 from typer.testing import CliRunner
@@ -56,7 +57,11 @@ def test_a_prefetched_fill_keeps_what_the_referee_would_compute(tmp_path):
             assert mine.dtype == theirs.dtype and torch.equal(mine, theirs)
 
 
-def test_a_store_that_fails_stops_the_fill_naming_its_workload(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "error",
+    [OSError(28, "No space left on device"), RuntimeError("Some tensors share memory")],
+)
+def test_a_store_that_fails_stops_the_fill_naming_its_workload(tmp_path, monkeypatch, error):
     dataset = load_dataset(ROOT / "dataset")
     second = dataset.workloads[DEFINITION][1].uuid
     stored = []
@@ -64,7 +69,7 @@ def test_a_store_that_fails_stops_the_fill_naming_its_workload(tmp_path, monkeyp
 
     def store(self, entry, outputs):
         if len(stored) == 1:
-            raise OSError(28, "No space left on device")
+            raise error
         stored.append(entry)
         real(self, entry, outputs)
 
@@ -75,5 +80,6 @@ def test_a_store_that_fails_stops_the_fill_naming_its_workload(tmp_path, monkeyp
     )
     assert done.exit_code == 1, done.output
     assert f"storing the reference of {DEFINITION} {second}" in done.output
-    assert "No space left on device" in done.output
+    assert f"{type(error).__name__}: {error}" in done.output
+    assert "reference_error" not in done.output  # not blamed on the next workload
     assert len(list((cache / "references").glob("*.safetensors"))) == 1  # the first, kept

@@ -244,6 +244,7 @@ def test_timing_sets_on_a_large_gpu_stay_within_the_cap_whatever_the_job(monkeyp
     from inference_kernels.judge import referee
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (120 << 30, 141 << 30))
+    monkeypatch.setattr(referee, "SETS_BUDGET_CUDA_MAX", 16 << 30)  # whatever the environment
     one_set = [torch.empty(5 << 20, dtype=torch.bfloat16)]  # 10 MiB, as the 26 us SDPA's k
     job = SimpleNamespace(pristine=one_set, expected=[torch.empty(1)], timing={"warmup": 10})
     fake = SimpleNamespace(device=torch.device("cuda"), current=job)  # no job size to read

@@ -109,7 +109,10 @@ SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 # one worker as with five; five workers of 16 GiB each all ran at 162.6-162.8 us
 # (docs/measurements/h200-timing-fidelity.md, fifteenth session). A job of many large
 # solutions still shrinks the later workers' arenas: each gets a quarter of what is free.
-SETS_BUDGET_CUDA_MAX = int(os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES") or 16 << 30)
+SETS_BUDGET_CUDA_MAX = 16 << 30
+_CAP = os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES", "")  # experiments (sets_probe.py)
+if _CAP.isdigit() and int(_CAP) > 0:
+    SETS_BUDGET_CUDA_MAX = int(_CAP)
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
 # CUDA one arena of the sets budget (fraction and cap above), made when it starts and

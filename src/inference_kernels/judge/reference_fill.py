@@ -73,7 +73,8 @@ class Fill:
         def keep(outputs: list[torch.Tensor]) -> None:
             host = [o.detach().to("cpu").contiguous() for o in outputs]
             self.wait()
-            self.pending = (name, self.writer.submit(self.cache.store, entry, host))
+            if self.failed is None:  # after a failed store the command stops: none more
+                self.pending = (name, self.writer.submit(self.cache.store, entry, host))
 
         return keep
 
@@ -85,8 +86,9 @@ class Fill:
         self.pending = None
         try:
             store.result()
-        except OSError as error:
-            self.failed = f"{self.cache.folder}: storing the reference of {name}: {error}"
+        except Exception as error:  # its own workload's, not the next one's (run_case's)
+            why = f"{type(error).__name__}: {error}"
+            self.failed = f"{self.cache.folder}: storing the reference of {name}: {why}"
 
     def close(self) -> None:
         try:
