@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from .. import statuses
 from ..schema import CaseRow, Solution
 from . import referee
+from .prefetch import request_for
 from .results import ResultWriter, digest
 from .stopwatch import with_other
 
@@ -117,12 +118,7 @@ class Lane:
 
     def _inputs(self, job: Job) -> dict[str, Any]:
         """What names a job's inputs (the referee's prefetch keys on these fields)."""
-        return {
-            "definition": job.definition.model_dump_json(),
-            "workload": job.workload.model_dump(mode="json"),
-            "capture": job.capture.model_dump(mode="json") if job.capture else None,
-            "data_root": str(self.options.data_root),
-        }
+        return request_for(job.definition, job.workload, job.capture, self.options.data_root)
 
     def _prefetching(self) -> bool:
         if self.options.prefetch is None:  # on CUDA: on the CPU it would share the timed cores

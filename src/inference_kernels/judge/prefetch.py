@@ -48,6 +48,18 @@ MESSAGE = 1 << 24  # bytes: the largest request or header (a definition is a few
 FIELDS = ("definition", "workload", "capture", "data_root")  # what names a workload's inputs
 
 
+def request_for(
+    definition: Definition, workload: Workload, capture: CaptureRecord | None, data_root: Path
+) -> dict[str, Any]:
+    """What names a workload's inputs (the FIELDS), for ``Prefetcher.ask`` and ``take``."""
+    return {
+        "definition": definition.model_dump_json(),
+        "workload": workload.model_dump(mode="json"),
+        "capture": capture.model_dump(mode="json") if capture else None,
+        "data_root": str(data_root),
+    }
+
+
 def _key(request: dict[str, Any]) -> str:
     return json.dumps([request.get(field) for field in FIELDS], sort_keys=True)
 

@@ -57,8 +57,9 @@ class ReferenceCache:
     def _paths(self, key: str) -> tuple[Path, Path]:
         return self.folder / f"{key}.safetensors", self.folder / f"{key}.mac"
 
-    def _tag(self, key: str, data: bytes | bytearray) -> str:
-        return mac(self.secret, b"reference", key.encode(), chunk_digests(data))
+    def _tag(self, key: str, digests: bytes) -> str:
+        """The entry's MAC, over its key and its chunks' digests (``chunk_digests``)."""
+        return mac(self.secret, b"reference", key.encode(), digests)
 
     def load(self, key: str, device: torch.device) -> list[torch.Tensor] | None:
         data_path, tag_path = self._paths(key)
@@ -71,7 +72,7 @@ class ReferenceCache:
                 digests = chunk_digests(data)
         except OSError:
             return None
-        if not hmac.compare_digest(tag, mac(self.secret, b"reference", key.encode(), digests)):
+        if not hmac.compare_digest(tag, self._tag(key, digests)):
             for path in (data_path, tag_path):
                 path.unlink(missing_ok=True)
             return None
@@ -82,7 +83,8 @@ class ReferenceCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         data = save({str(i): o.detach().to("cpu").contiguous() for i, o in enumerate(outputs)})
         data_path, tag_path = self._paths(key)
-        for path, content in ((data_path, data), (tag_path, self._tag(key, data).encode())):
+        tag = self._tag(key, chunk_digests(data)).encode()
+        for path, content in ((data_path, data), (tag_path, tag)):
             partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
             partial.write_bytes(content)
             os.replace(partial, path)
@@ -157,43 +159,22 @@ def _read(path: Path) -> bytearray:
 
 def views(data: bytearray | torch.Tensor) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file held in ``data`` (host bytes, or a uint8 tensor on
-    a device), as views of it where their offsets are aligned to their element size (else,
-    or for a dtype not named here, as ``safetensors`` loads them: copies, on the host). The
-    bytes were authenticated before this."""
-    if isinstance(data, torch.Tensor):
-        return _device_views(data)
-    size = int.from_bytes(data[:8], "little")
-    header = json.loads(bytes(data[8 : 8 + size]))
-    header.pop("__metadata__", None)
-    base, found = 8 + size, {}
-    for name, entry in header.items():
-        dtype = _DTYPES.get(entry["dtype"])
-        begin, end = entry["data_offsets"]
-        width = dtype.itemsize if dtype is not None else 0
-        if dtype is None or (base + begin) % width or end < begin:
-            return load(bytes(data))
-        count = (end - begin) // width
-        if count:
-            flat = torch.frombuffer(data, dtype=dtype, count=count, offset=base + begin)
-        else:  # frombuffer refuses an empty view
-            flat = torch.empty(0, dtype=dtype)
-        found[name] = flat.reshape(entry["shape"])
-    return found
-
-
-def _device_views(data: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``views`` of a file's bytes on a device: its header is read back to the host."""
-    size = int.from_bytes(bytes(data[:8].cpu().tolist()), "little")
-    header = json.loads(bytes(data[8 : 8 + size].cpu().numpy()))
+    any device), as views of it; a tensor whose offset is not aligned to its element size
+    is a copy of its own, and a file with a dtype not named here is loaded by
+    ``safetensors`` (copies). The bytes were authenticated before this."""
+    flat = torch.frombuffer(data, dtype=torch.uint8) if not isinstance(data, torch.Tensor) else data
+    size = int.from_bytes(bytes(flat[:8].cpu().numpy()), "little")
+    header = json.loads(bytes(flat[8 : 8 + size].cpu().numpy()))
     header.pop("__metadata__", None)
     base, found = 8 + size, {}
     for name, entry in header.items():
         dtype = _DTYPES.get(entry["dtype"])
         begin, end = entry["data_offsets"]
         if dtype is None or end < begin:
-            return {k: v.to(data.device) for k, v in load(bytes(data.cpu().numpy())).items()}
-        flat = data[base + begin : base + end]
+            loaded = load(bytes(flat.cpu().numpy()))
+            return {k: v.to(flat.device) for k, v in loaded.items()}
+        part = flat[base + begin : base + end]
         if (base + begin) % dtype.itemsize:
-            flat = flat.clone()  # an allocation of its own is aligned
-        found[name] = flat.view(dtype).reshape(entry["shape"])
+            part = part.clone()  # an allocation of its own is aligned
+        found[name] = part.view(dtype).reshape(entry["shape"])
     return found

@@ -25,7 +25,7 @@ import torch
 from .. import schema
 from ..materialize.inputs import Materialized
 from ..signing import key as signing_key
-from .prefetch import Prefetcher
+from .prefetch import Prefetcher, request_for
 from .reference_cache import ReferenceCache, reference_key
 
 
@@ -40,20 +40,7 @@ class Fill:
         self.pending: tuple[str, Future] | None = None  # (what it stores, the store)
         self.failed: str | None = None  # why a store failed, naming its workload
 
-    @staticmethod
-    def request(
-        definition: schema.Definition,
-        workload: schema.Workload,
-        capture: schema.CaptureRecord | None,
-        data_root: Path,
-    ) -> dict[str, Any]:
-        """What names a workload's inputs to the prefetch helper (as the lane names them)."""
-        return {
-            "definition": definition.model_dump_json(),
-            "workload": workload.model_dump(mode="json"),
-            "capture": capture.model_dump(mode="json") if capture else None,
-            "data_root": str(data_root),
-        }
+    request = staticmethod(request_for)  # what names a workload's inputs to the helper
 
     def ahead(self, request: dict[str, Any]) -> None:
         """Start making these inputs on the CPU (the next workload's)."""
