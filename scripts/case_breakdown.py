@@ -33,6 +33,7 @@ STEPS = (
     "checks",
     "fresh",
     "end",
+    "freeze",
 )
 
 

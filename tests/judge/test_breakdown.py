@@ -17,7 +17,7 @@ STEPS = {
     "fresh",
     "end",
 }
-SAMPLING = {"setup", "refresh", "compare", "call_check", "clocks", "keep"}  # counted apart
+SAMPLING = {"setup", "refresh", "compare", "call_check", "clocks", "keep", "freeze"}  # apart
 # and on CUDA, device_load: the load before the rounds (sustained) or the rest (burst)
 
 

@@ -402,7 +402,7 @@ class Referee:
         finally:
             if worker is not None:
                 with self.watch.span("end"):  # the worker lets go of the case, then is frozen
-                    worker.end_case()
+                    worker.end_case(self.watch)
             if self.profiled and solution.name in self.workers:
                 # The profiler may stay attached to the process (CUPTI is not always torn
                 # down): no later sample is timed in it.

@@ -55,6 +55,7 @@ from .loader import (
 from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
 from .signals import running, signal_tree, signal_uid
+from .stopwatch import Stopwatch
 
 LOG_BYTES = 8 << 20
 
@@ -411,21 +412,23 @@ class WorkerHandle:
                 statuses.PROTOCOL_VIOLATION, f"the worker sent outputs the judge refuses: {error}"
             ) from None
 
-    def end_case(self) -> None:
+    def end_case(self, watch: Stopwatch | None = None) -> None:
         """Let the worker release the case's buffers (a worker that does not answer goes),
         then freeze it and everything it started until its next case: between its cases a
-        solution runs nothing (no load on the GPU while another solution is timed)."""
+        solution runs nothing (no load on the GPU while another solution is timed). The
+        freeze is ``watch``'s span ``freeze``, apart from the worker's own end."""
         self.inbox.close()
         if self.alive():
             try:
                 self.ask({"op": "end"}, [], protocol.Ended, timeout=min(self.timeout, 60))
             except CaseEnded:
                 pass
-        if self.alive():
-            self._signal(signal.SIGSTOP)
-            self.frozen = True
-            if self.uid is not None and not self._stopped():
-                self._signal(signal.SIGKILL)  # something would not stop: it all goes
+        with (watch or Stopwatch()).span("freeze"):
+            if self.alive():
+                self._signal(signal.SIGSTOP)
+                self.frozen = True
+                if self.uid is not None and not self._stopped():
+                    self._signal(signal.SIGKILL)  # something would not stop: it all goes
         self.release()
 
     def _signal(self, signum: int) -> None:
