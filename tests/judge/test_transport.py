@@ -249,7 +249,7 @@ def test_timing_sets_on_a_large_gpu_stay_within_the_cap_whatever_the_job(monkeyp
     job = SimpleNamespace(pristine=one_set, expected=[torch.empty(1)], timing={"warmup": 10})
     fake = SimpleNamespace(device=torch.device("cuda"), current=job)  # no job size to read
     worker = SimpleNamespace(pooled=lambda idle_only=False: 0)
-    fit, share = referee.Referee._fit(fake, worker)
+    fit, share, _ = referee.Referee._fit(fake, worker)
     assert not share
     assert fit == referee.SETS_BUDGET_CUDA_MAX // (10 << 20) == 1638  # not 3,000, nor 327
 
@@ -274,9 +274,36 @@ def test_weights_that_would_outgrow_the_arena_are_shared_by_the_sets(monkeypatch
     fake = SimpleNamespace(device=torch.device("cuda"), current=job)
     room = (16 << 30) - 4_900_000_000  # the arena, less the call's inputs
     worker = SimpleNamespace(pooled=lambda idle_only=False: room if idle_only else 16 << 30)
-    fit, share = referee.Referee._fit(fake, worker)
-    assert share and fit == (room - 4_800_000_000) // 100_000_000 - 10 == 64
+    fit, share, spare = referee.Referee._fit(fake, worker)
+    assert share and fit == spare == (room - 4_800_000_000) // 100_000_000 - 10 == 64
     # a float-only workload keeps its own sets, as before: within the arena when it can
     job.pristine = [activations]
-    fit, share = referee.Referee._fit(fake, worker)
-    assert not share and fit == room // 100_000_000 - 10
+    fit, share, spare = referee.Referee._fit(fake, worker)
+    assert not share and fit == spare == room // 100_000_000 - 10
+
+
+def test_a_graphs_headroom_never_takes_a_new_arena(monkeypatch):
+    """The sets a graph sized after its capture may need (GRAPH_HEADROOM) are made only
+    where the worker's arena holds them. The 11x11x11 neighborhood attention (B 1, T 49,
+    112 x 192: 1.6 GB a set, one call a sample) got ten sets at 7829dc8, more than its
+    16 GiB arena held: a new arena, and a new worker before the next case, 5-6 s, in 7 of
+    its 9 cases on the H200."""
+    from types import SimpleNamespace
+
+    from inference_kernels.judge import referee
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (100 << 30, 141 << 30))
+    monkeypatch.setattr(referee, "SETS_BUDGET_CUDA_MAX", 16 << 30)
+    q = torch.empty(1 * 49 * 112 * 192 * 4 * 64, dtype=torch.bfloat16, device="meta")
+    per = 3 * q.numel() * 2  # Q, K and V: 1.62 GB
+    job = SimpleNamespace(pristine=[q, q, q], expected=[q], timing={"warmup": 10})
+    fake = SimpleNamespace(device=torch.device("cuda"), current=job)
+    room = (16 << 30) - per  # the first arena, less the call's inputs
+    worker = SimpleNamespace(pooled=lambda idle_only=False: room if idle_only else 16 << 30)
+    fit, share, spare = referee.Referee._fit(fake, worker)
+    # its sets may go outside the arena (the plan's one set stays inside), the headroom not
+    assert not share and fit == (16 << 30) // per == 10 and spare == 0
+    # a set of a tenth the size: the arena holds the sets, and the headroom may take them
+    job.pristine = job.expected = [q[: q.numel() // 10]] * 3
+    fit, share, spare = referee.Referee._fit(fake, worker)
+    assert not share and fit == spare == (room - 10 * per // 10) // (per // 10) > 10

@@ -92,6 +92,10 @@ KERNEL_ALONE_CALLS = 30
 # again in 786 of the 934 cases of the H200 audit at c839524 (a graph's calls per sample
 # over the plan's: 1.0-1.6 in the lower half of cases, 11.5 at the 90th percentile, 37 at
 # most), and every such graph was captured again from its first call on the new sets.
+# The headroom stays within the worker's arena: at 8974884 it took the sets cap even where
+# the arena did not hold them, and the 11x11x11 neighborhood attention (one call a sample,
+# 1.6 GB a set) got ten sets in a new arena, and a new worker (5-6 s) in 7 of its 9 cases
+# (H200 audit at 7829dc8, docs/measurements/case-breakdown.md, sixteenth session).
 GRAPH_HEADROOM = 16
 SETS_BUDGET_CPU = 1 << 30  # bytes of timing input sets on the CPU
 OUTPUTS_BUDGET_CPU = 256 << 20  # bytes of one sample's outputs on the CPU
@@ -540,11 +544,12 @@ class Referee:
             return self.rested, self.loaded + now - self.loaded_since
         return (None if self.rested_since is None else now - self.rested_since), 0.0
 
-    def _fit(self, worker: WorkerHandle) -> tuple[int, bool]:
+    def _fit(self, worker: WorkerHandle) -> tuple[int, bool, int]:
         """How many calls a sample may have: input sets that fit in memory, and outputs the
-        worker keeps for a sample (on the CPU it copies them all into shared memory); and
+        worker keeps for a sample (on the CPU it copies them all into shared memory);
         whether integer inputs are shared by all sets (they are the same in every set: only
-        floating inputs get fresh values)."""
+        floating inputs get fresh values); and how many sets a graph's headroom may take
+        (GRAPH_HEADROOM: on CUDA only what the worker's arena holds, never a new arena)."""
         job = self.current
         whole, floats = set_bytes(job.pristine), set_bytes(job.pristine, True)
         if self.device.type == "cuda":
@@ -558,20 +563,27 @@ class Referee:
         share = fit < 2
         if share:
             fit = budget // max(floats, 1)
-        # On CUDA, stay in the arena when it holds at least half as many sets (with the
-        # warmup sets beside the timing sets): a case that outgrows it makes the worker be
-        # replaced before the next case (4 s on the H200). With the integers shared when only
-        # that fits: the grouped GEMMs' 4.8 GB of expert weights, in three sets, outgrew it
-        # every case; shared, about sixty sets of activations fit.
-        if self.device.type == "cuda":
+        spare = fit
+        # On CUDA, stay in the arena when it holds at least half as many sets: a case that
+        # outgrows it makes the worker be replaced before the next case (4-6 s on the H200).
+        # With the integers shared when only that fits: the grouped GEMMs' 4.8 GB of expert
+        # weights, in three sets, outgrew it every case; shared, about sixty sets of
+        # activations fit. (The room of the task's warmup sets is left beside them, although
+        # the timing sets now take the calibration's place: without it the grouped GEMMs
+        # would get two sets of their own rather than about seventy sharing the weights.)
+        if self.device.type == "cuda" and whole > 0:
+            spare = 0
             for shared, per in ((False, whole), (True, floats)):
                 if per == 0:  # no tensor inputs, or (shared) only integer ones
                     break
                 inside = (room - (whole - per) - job.timing["warmup"] * per) // per
+                if shared == share:
+                    spare = max(0, inside)
                 if inside >= max(2, fit // 2):
-                    fit, share = inside, shared
+                    fit, share, spare = inside, shared, inside
                     break
-        return max(1, min(MAX_SETS, fit, calls)), share
+        fit = max(1, min(MAX_SETS, fit, calls))
+        return fit, share, min(fit, spare)
 
     def _sets(
         self, worker: WorkerHandle, count: int, share: bool, replacing: InputSets | None = None
@@ -647,7 +659,7 @@ class Referee:
         """A sampler with its input sets and its schedule, sized from a calibration; with
         room for what a ``graph`` sized after its capture needs (GRAPH_HEADROOM)."""
         job = self.current
-        fit, share = self._fit(worker)
+        fit, share, spare = self._fit(worker)
         cold = bool(self.options.get("cold_l2"))
         warmup = max(1, min(job.timing["warmup"], int(0.1 / max(first_call, 1e-6)), fit))
         sets = self._sets(worker, warmup, share)
@@ -666,7 +678,7 @@ class Referee:
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         count = sampler.plan.iters
         if graph and not cold:
-            count = min(fit, count * GRAPH_HEADROOM)
+            count = max(count, min(spare, count * GRAPH_HEADROOM))
         if count > sets.count:
             sampler.sets = self._sets(worker, count, share, replacing=sets)
         return sampler
