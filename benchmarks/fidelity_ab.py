@@ -28,13 +28,15 @@ sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1] + "/benchmarks"]
 import pathlib
 import timing_fidelity as t
 t.ROOT = pathlib.Path.cwd()  # the dataset of this checkout, for every tree
+if len(sys.argv) > 2:  # copies of each baseline (fidelity_bisect.py's --runs)
+    t.RUNS = int(sys.argv[2])
 rows = t.judged(True)
 print("FIGURES " + json.dumps({s: {m: t.figures(r, m) for m in ("graph", "eager")}
                                for s, r in rows.items()}))
 """
 
 
-def turn(tree: Path) -> dict:
+def turn(tree: Path, runs: int | None = None) -> dict:
     env = dict(
         os.environ,
         PYTHONPATH=":".join(
@@ -42,7 +44,7 @@ def turn(tree: Path) -> dict:
         ),
     )
     done = subprocess.run(
-        [sys.executable, "-c", TURN, str(tree)],
+        [sys.executable, "-c", TURN, str(tree), *([str(runs)] if runs else [])],
         cwd=ROOT,
         env=env,
         capture_output=True,
