@@ -36,6 +36,28 @@ print("FIGURES " + json.dumps({s: {m: t.figures(r, m) for m in ("graph", "eager"
 """
 
 
+# triton's do_bench_cudagraph on the same calls, after each turn (this checkout's code): the
+# yardstick both trees were first held to (within 3%, h200-timing-fidelity.md), in the
+# state the GPU is in at that moment.
+TRITON = """
+import json, sys
+sys.path[:0] = ["src", "benchmarks"]
+import timing_fidelity as t
+print("TRITON " + json.dumps({s: round(t.triton_us(s), 2) for s in t.SHAPES}))
+"""
+
+
+def triton_turn() -> dict[str, float] | None:
+    """triton's medians by shape, or None where triton is not installed."""
+    done = subprocess.run(
+        [sys.executable, "-c", TRITON], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("TRITON "):
+            return json.loads(line[len("TRITON ") :])
+    return None
+
+
 def turn(tree: Path, runs: int | None = None) -> dict:
     env = dict(
         os.environ,
@@ -61,17 +83,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, action="append", required=True)
     parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument(
+        "--triton",
+        action="store_true",
+        help="after each turn, time the same calls with triton's do_bench_cudagraph",
+    )
     options = parser.parse_args()
     trees = [tree.resolve() for tree in options.tree]
     runs: dict[str, list[dict]] = {str(tree): [] for tree in trees}
+    triton: dict[str, list[dict | None]] = {str(tree): [] for tree in trees}  # after each turn
     for _ in range(options.turns):
         for tree in trees:
             runs[str(tree)].append(turn(tree))  # each turn's figures also go to stderr
             print(f"turn {tree}: {json.dumps(runs[str(tree)][-1])}", file=sys.stderr, flush=True)
+            if options.triton:
+                triton[str(tree)].append(triton_turn())
+                print(f"triton: {json.dumps(triton[str(tree)][-1])}", file=sys.stderr, flush=True)
     report: dict = {"trees": [str(t) for t in trees], "turns": options.turns, "shapes": {}}
     for shape in runs[str(trees[0])][0]:
         entry: dict = {}
         for tree in trees:
+            after = [t[shape] for t in triton[str(tree)] if t]
+            if after:
+                graph = statistics.median(r[shape]["graph"]["median_us"] for r in runs[str(tree)])
+                entry.setdefault(str(tree), {})["triton_after_turns_us"] = after
+                entry[str(tree)]["graph_over_triton"] = round(graph / statistics.median(after), 4)
             for method in ("graph", "eager"):
                 medians = [r[shape][method]["median_us"] for r in runs[str(tree)]]
                 entry.setdefault(str(tree), {})[method] = {
