@@ -103,6 +103,35 @@ def test_every_sample_is_read_alike_whether_it_is_kept_for_checking_or_not():
         assert len(made.checks[method]) == sampling.CHECKS
 
 
+def test_an_experiment_sets_the_idle_gap_between_the_rounds_samples(monkeypatch):
+    """``INFERENCE_KERNELS_SAMPLE_GAP_MS`` (experiments only): each timed sample of the
+    rounds starts at least that long after the one before it ended, before its sets are
+    refreshed; the sizing samples before the rounds and the first of them do not wait."""
+    monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.03)
+    worker = ScriptedWorker(lambda method, index: 1000.0)
+    made = sampler(worker)
+    refreshed = []
+    made.sets.refresh = lambda windows, fresh: refreshed.append(time.monotonic())
+    original = made._unchanged
+    ended = []
+
+    def unchanged(windows, what):
+        original(windows, what)
+        ended.append(time.monotonic())
+
+    made._unchanged = unchanged
+    made.time_methods(["graph"], None)
+    rounds = refreshed[-len(ended) :]  # the rounds' refreshes, one a sample
+    assert len(ended) == schedule.MIN_ROUNDS
+    waits = [start - end for end, start in zip(ended[:-1], rounds[1:], strict=True)]
+    assert all(wait >= 0.03 for wait in waits), waits
+    monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.0)  # unset: no wait
+    made = sampler(ScriptedWorker(lambda method, index: 1000.0))
+    began = time.monotonic()
+    made.time_methods(["graph"], None)
+    assert time.monotonic() - began < 0.03 * (schedule.MIN_ROUNDS - 1)
+
+
 def test_a_phase_cannot_be_stretched_beyond_its_share_of_rounds():
     fast_after_six = lambda method, index: 5000.0 if index < 6 or method == "graph" else 1.0  # noqa: E731
     entries = sampler(ScriptedWorker(fast_after_six)).time_methods(["eager", "graph"], None)

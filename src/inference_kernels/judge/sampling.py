@@ -65,6 +65,14 @@ CHECKS = 2
 # ae23d6d, docs/measurements/case-breakdown.md).
 CAPTURE_WARMUP = 1
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
+# For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
+# rounds starts at least this long after the one before it ended, the referee idle before
+# it refreshes the sets. Between two samples the device idles while the referee refreshes,
+# compares, probes and reads the clocks: 17-18 ms a round at c839524, 12.6-13 ms at 7829dc8,
+# and a power-capped GEMM's time may follow that gap (docs/measurements/
+# h200-timing-fidelity.md, sixteenth session); this sets it, to measure that in the judge.
+_GAP = os.environ.get("INFERENCE_KERNELS_SAMPLE_GAP_MS", "")
+SAMPLE_GAP_SECONDS = int(_GAP) / 1e3 if _GAP.isdigit() else 0.0
 
 
 @dataclass
@@ -94,6 +102,7 @@ class Sampler:
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
+    _ended: float | None = None  # when the last sample of the rounds ended
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -274,6 +283,7 @@ class Sampler:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
         self.settle()
+        self._ended = None
         # The case's time: the schedule's trials times a round of every phase (the median
         # of the rounds every phase ran: neither a slow first round nor one slow sample a
         # solution adds on purpose stretches it), and never more than ROUNDS_PER_TRIAL
@@ -304,6 +314,8 @@ class Sampler:
     def _sample(self, phase: Phase, index: int) -> float:
         """One timed sample of ``phase``; the seconds the referee saw."""
         method = phase.method
+        if SAMPLE_GAP_SECONDS and self._ended is not None:  # experiments only
+            time.sleep(max(0.0, self._ended + SAMPLE_GAP_SECONDS - time.monotonic()))
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
@@ -313,6 +325,7 @@ class Sampler:
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
+        self._ended = time.monotonic()
         phase.samples.append(reply.us)
         phase.outside.append(seconds)
         if reply.host_us is not None:
