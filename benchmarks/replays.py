@@ -24,3 +24,9 @@ def replay_us(
         if after is not None:
             after()
     return times
+
+
+def identity(device: torch.device) -> dict[str, str]:
+    """The GPU a benchmark ran on, for its JSON (medians of different GPUs differ)."""
+    props = torch.cuda.get_device_properties(device)
+    return {"device": props.name, "uuid": str(props.uuid)}

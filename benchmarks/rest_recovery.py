@@ -28,7 +28,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from replays import replay_us
+from replays import identity, replay_us
 
 from inference_kernels.judge import busy, clocks, timing
 
@@ -139,12 +139,10 @@ def main() -> None:
             }
             for name in made
         }
-    props = torch.cuda.get_device_properties(device)
     print(
         json.dumps(
             {
-                "device": props.name,
-                "uuid": str(props.uuid),
+                **identity(device),
                 "summary": summary,
                 "trials": trials,
                 "load_trace": trace,

@@ -11,7 +11,7 @@ clock, it must be the judge's design, not a side effect of how fast its bookkeep
 This benchmark takes the judge out: per trial, the referee's background load between cases
 (1.5 s), its steady load (0.3 s), then seven timed replays of a CUDA graph of about 27 ms
 (a bf16 GEMM M4096 N12288 K4096, 50 calls; an SDPA B1 h32 N2560 d128, 160 calls), the device
-idle for ``gap`` ms between them, the SM clock and power read after each. Gaps are
+idle for ``gap`` ms after each, the SM clock and power read after each. Gaps are
 interleaved in shuffled order, repeated; triton's ``do_bench_cudagraph`` of the same calls
 before and after all trials, for comparison. Prints JSON: per gap and kernel, each trial's
 median and its seven samples' max/min, the median clock; and triton's medians.
@@ -27,6 +27,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from replays import identity, replay_us
 
 from inference_kernels.judge import busy, clocks, timing
 
@@ -68,18 +69,14 @@ def graph(call, count: int) -> torch.cuda.CUDAGraph:
 
 
 def samples(made: torch.cuda.CUDAGraph, count: int, gap: float, read) -> tuple[list, list]:
-    """Seven timed replays, ``gap`` seconds of idle between them: (us per call, readings)."""
-    times, readings = [], []
-    for index in range(SAMPLES):
-        if index and gap:
-            time.sleep(gap)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        made.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / count)
+    """Seven timed replays, ``gap`` seconds of idle after each: (us per call, readings)."""
+    readings: list = []
+
+    def after() -> None:
         readings.append(read())
+        time.sleep(gap)
+
+    times = replay_us(made, count, SAMPLES, after=after)
     return times, [r for r in readings if r is not None]
 
 
@@ -135,12 +132,10 @@ def main() -> None:
                 "within_trial_max_over_min": [t["max_over_min"] for t in mine],
                 "median_sm_mhz": statistics.median([m for t in mine for m in t["sm_mhz"]] or [0]),
             }
-    props = torch.cuda.get_device_properties(device)
     print(
         json.dumps(
             {
-                "device": props.name,
-                "uuid": str(props.uuid),
+                **identity(device),
                 "triton_before_us": triton_before,
                 "triton_after_us": triton_after,
                 "summary": summary,
