@@ -104,13 +104,19 @@ def running(uid: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{name}/status", "rb") as status:
-                text = status.read()
+                owner, state = fields(status.read())
         except OSError:
             continue
-        owner, state = text.find(b"\nUid:\t"), text.find(b"\nState:\t")
-        if owner < 0 or state < 0:
-            continue
-        real = text[owner + 6 :].split(b"\t", 1)[0]
-        if real == wanted and text[state + 8 : state + 9] in (b"R", b"S", b"D"):
+        if owner == wanted and state in (b"R", b"S", b"D"):
             found.append(int(name))
     return found
+
+
+def fields(status: bytes) -> tuple[bytes | None, bytes | None]:
+    """A /proc status file's real uid and state letter. Both are searched from the end:
+    the first line is the process's own name, which it chooses (the kernel escapes a newline
+    in it; were it not to, a name holding a false state line would come before the true one)."""
+    owner, state = status.rfind(b"\nUid:\t"), status.rfind(b"\nState:\t")
+    if owner < 0 or state < 0:
+        return None, None
+    return status[owner + 6 :].split(b"\t", 1)[0], status[state + 8 : state + 9]

@@ -7,10 +7,11 @@ checks; within the sizing and the samples, each method's ``setup`` (prepared lau
 graph's capture), the ``refresh`` of the input sets with fresh values before each sample,
 after it the ``clocks`` (the idle probe, the NVML readings), the ``keep`` (one call's
 outputs copied out for the checks) and the ``compare`` of the sets with what was written
-into them; within ``end`` (the worker's end of the case), the ``freeze`` of its processes
-until its next case. The lane adds the start of the referee process (``referee``, on the first case
-of a lane and after a referee died) and the rest of the case's wall time as ``other``
-(messages between the processes, rows written). Read with ``scripts/case_breakdown.py``.
+into them; within ``end`` (the worker's end of the case), the ``freeze`` of its
+processes until its next case. The lane adds the start of the referee process
+(``referee``, on the first case of a lane and after a referee died) and the rest of the
+case's wall time as ``other`` (messages between the processes, rows written). Read with
+``scripts/case_breakdown.py``.
 """
 
 from __future__ import annotations
