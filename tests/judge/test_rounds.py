@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from inference_kernels.judge import protocol, sampling, schedule
-from inference_kernels.judge.busy import Busy
 from inference_kernels.judge.clocks import Reading
 from inference_kernels.judge.sampling import Sampler
 from inference_kernels.judge.schedule import Plan
@@ -104,54 +103,33 @@ def test_every_sample_is_read_alike_whether_it_is_kept_for_checking_or_not():
         assert len(made.checks[method]) == sampling.CHECKS
 
 
-def loaded_worker(between):
-    """A scripted worker that notes, with every message, whether ``between`` runs."""
+def test_an_experiment_sets_the_idle_gap_between_the_rounds_samples(monkeypatch):
+    """``INFERENCE_KERNELS_SAMPLE_GAP_MS`` (experiments only): each timed sample of the
+    rounds starts at least that long after the one before it ended, before its sets are
+    refreshed; the sizing samples before the rounds and the first of them do not wait."""
+    monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.03)
     worker = ScriptedWorker(lambda method, index: 1000.0)
-    ask = worker.ask
-
-    def noted(message, fds, *kinds):
-        worker.loaded.append((message.get("index"), between.running))
-        return ask(message, fds, *kinds)
-
-    worker.loaded, worker.ask = [], noted
-    return worker
-
-
-def test_the_device_stays_loaded_between_the_rounds_samples_and_never_during_one():
-    """Sustained regime: the referee's load runs from after one sample of the rounds until
-    the next is sent (a power-capped GEMM's time followed the idle gap there: 600 us with
-    none, 531 with 13 ms, 518 with 120 ms on one H200), never while a sample runs, and not
-    after the rounds (the referee decides what loads the device then)."""
-    rounds = []
-    between = Busy(lambda: lambda: rounds.append(time.sleep(0.001)))
-    worker = loaded_worker(between)
     made = sampler(worker)
-    made.between = between
+    refreshed = []
+    made.sets.refresh = lambda windows, fresh: refreshed.append(time.monotonic())
     original = made._unchanged
-    during = []  # whether the load ran while the referee compared the sets
+    ended = []
 
     def unchanged(windows, what):
-        during.append(between.running)
         original(windows, what)
+        ended.append(time.monotonic())
 
     made._unchanged = unchanged
-    made.time_methods(["eager", "graph"], None)
-    timed = [running for index, running in worker.loaded if index is not None and index >= 0]
-    assert len(timed) == 2 * schedule.MIN_ROUNDS
-    assert not any(timed)  # every sample sent with the load stopped
-    assert all(during) and len(during) == len(timed)  # and it ran in every gap
-    assert not between.running
-    assert rounds  # the load did run
-
-
-def test_the_load_between_samples_stops_when_a_case_ends_mid_rounds():
-    between = Busy(lambda: lambda: time.sleep(0.001))
-    made = sampler(loaded_worker(between))
-    made.between = between
-    made.sets.changed = lambda windows, fresh: ["a"]  # the first sample mutates an input
-    with pytest.raises(CaseEnded):
-        made.time_methods(["graph"], None)
-    assert not between.running
+    made.time_methods(["graph"], None)
+    rounds = refreshed[-len(ended) :]  # the rounds' refreshes, one a sample
+    assert len(ended) == schedule.MIN_ROUNDS
+    waits = [start - end for end, start in zip(ended[:-1], rounds[1:], strict=True)]
+    assert all(wait >= 0.03 for wait in waits), waits
+    monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.0)  # unset: no wait
+    made = sampler(ScriptedWorker(lambda method, index: 1000.0))
+    began = time.monotonic()
+    made.time_methods(["graph"], None)
+    assert time.monotonic() - began < 0.03 * (schedule.MIN_ROUNDS - 1)
 
 
 def test_a_phase_cannot_be_stretched_beyond_its_share_of_rounds():

@@ -1,5 +1,4 @@
-"""Keeping the device busy between a lane's cases and between a case's samples, in the
-sustained regime.
+"""Keeping the device busy between a lane's cases, in the sustained regime.
 
 A lane judges case after case; between one case's samples and the next case's, the
 referee checks outputs, prepares the next workload and starts or thaws a worker: about
@@ -116,63 +115,3 @@ def products(device: torch.device) -> Work:
         return one_round
 
     return make
-
-
-# Products queued between two samples of the rounds: 80 of SIZE on random values, about
-# 14 ms at the H200's top clock and more under its power cap, more than the referee's
-# bookkeeping between two samples (12.6-13 ms at 7829dc8 with the device idle), so that
-# the device does not idle there before the next sample is sent.
-BETWEEN_PRODUCTS = 80
-
-
-class Between:
-    """The load between two samples of the rounds (sustained regime, CUDA): ``start``
-    queues BETWEEN_PRODUCTS products on a stream of their own and returns at once (no
-    thread: a thread of the referee's waited for the interpreter while the referee checked
-    the sample, and the device idled); ``stop`` returns once they are done. The gap between
-    two samples is then at least their time, with the device loaded throughout, whatever
-    the referee's own checks cost (they run beside it)."""
-
-    def __init__(self, device: torch.device, products: int = BETWEEN_PRODUCTS):
-        self.device, self.products = device, products
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._stream: torch.cuda.Stream | None = None
-        self._queued = False
-        self._kept: tuple[torch.Tensor, ...] = ()
-
-    @property
-    def running(self) -> bool:
-        return self._queued and not self._stream.query()
-
-    def start(self) -> None:
-        if self._graph is None:
-            self._capture()
-        with torch.cuda.stream(self._stream):
-            self._graph.replay()
-        self._queued = True
-
-    def stop(self) -> None:
-        if self._queued:
-            self._stream.synchronize()
-            self._queued = False
-
-    def _capture(self) -> None:
-        """One graph of the products (one launch a gap, not eighty), on matrices kept for
-        the referee's life (64 MB)."""
-        torch.cuda.set_device(self.device)
-        self._stream = torch.cuda.Stream(self.device)
-        # Random values: a product of constant matrices draws far less power, and a GEMM
-        # timed after 80 of them on one H200 ran at 1,700-1,770 MHz and 524 us, where
-        # after its own calls (triton's do_bench_cudagraph) it ran at 594 us.
-        generator = torch.Generator(self.device).manual_seed(0)
-        a = torch.randn(SIZE, SIZE, device=self.device, generator=generator).bfloat16()
-        out = torch.empty_like(a)
-        self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self._stream):
-            torch.mm(a, a, out=out)  # cuBLAS sets up its workspace outside the capture
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph, stream=self._stream):
-            for _ in range(self.products):
-                torch.mm(a, a, out=out)
-        self._stream.synchronize()
-        self._kept = (a, out)

@@ -35,7 +35,7 @@ from ..materialize.references import (
     run_reference,
 )
 from . import clocks, protocol, timing
-from .busy import Between, Busy, products
+from .busy import Busy, products
 from .fresh import Fresh
 from .loader import SolutionLoadError, compiled
 from .logs import redirect_output
@@ -176,7 +176,6 @@ class Referee:
         sustained = options.get("regime", "sustained") == "sustained"
         loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
         self.busy = Busy(products(self.device) if loaded else None)  # between cases
-        self.between: Between | None = None  # between a case's samples (made at first use)
         self.clock = clocks.reader(self.device)
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
@@ -675,9 +674,6 @@ class Referee:
         sampler.watch = self.watch
         if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
             sampler.alone, sampler.settle, sampler.resume = self._alone, self._settle, self._resume
-            if self.between is None:
-                self.between = Between(self.device)
-            sampler.between = self.between
         per_call = sampler.calibrate()
         sampler.plan = plan(job.timing, per_call, self.device, fit, cold, regime)
         count = sampler.plan.iters

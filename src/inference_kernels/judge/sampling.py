@@ -14,16 +14,6 @@ sample will use, tells the worker to go, and waits for its report. It then:
   right, in every sample, the later rounds included, since any could be the one checked;
 - compares every input set the sample used with what it wrote (``input_mutated``).
 
-In the sustained regime the device stays loaded between two samples of the rounds
-(``between``, busy.Between): products queued after the idle probe of one sample, done
-before the next is sent. Idle, the gap was the time of the referee's own
-bookkeeping (17-18 ms a round at c839524, 12.6-13 ms at 7829dc8, longer before), and a
-power-capped kernel's time followed it: on one H200 a bf16 GEMM's seven 27 ms samples
-took 600 us a call with no gap, 574 with 5 ms, 531 with 13 ms, 522 with 30 ms and 518
-with 120 ms (``benchmarks/sample_gaps.py``, docs/measurements/h200-timing-fidelity.md).
-Loaded, every sample starts from the state of a busy server, whatever the bookkeeping
-costs, which is what the regime names and what triton's ``do_bench_cudagraph`` times.
-
 The schedule (calls per sample, rounds, when a phase stops) is ``schedule.py``'s.
 """
 
@@ -43,7 +33,6 @@ import torch
 
 from .. import statuses
 from . import outside, protocol, timing
-from .busy import Between
 from .clocks import Reader
 from .fresh import Fresh
 from .outside import ALLOWANCE, TOLERANCE
@@ -76,6 +65,14 @@ CHECKS = 2
 # ae23d6d, docs/measurements/case-breakdown.md).
 CAPTURE_WARMUP = 1
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
+# For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
+# rounds starts at least this long after the one before it ended, the referee idle before
+# it refreshes the sets. Between two samples the device idles while the referee refreshes,
+# compares, probes and reads the clocks: 17-18 ms a round at c839524, 12.6-13 ms at 7829dc8,
+# and a power-capped GEMM's time may follow that gap (docs/measurements/
+# h200-timing-fidelity.md, sixteenth session); this sets it, to measure that in the judge.
+_GAP = os.environ.get("INFERENCE_KERNELS_SAMPLE_GAP_MS", "")
+SAMPLE_GAP_SECONDS = int(_GAP) / 1e3 if _GAP.isdigit() else 0.0
 
 
 @dataclass
@@ -104,11 +101,8 @@ class Sampler:
     alone: Callable[[], AbstractContextManager] = nullcontext
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
-    # The load between two samples of the rounds (busy.Between: sustained regime on CUDA;
-    # None: the device rests there). It starts after a sample's idle probe and stops, its
-    # products done, once the next sample's sets are written.
-    between: Between | None = None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
+    _ended: float | None = None  # when the last sample of the rounds ended
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -123,8 +117,6 @@ class Sampler:
         self._refresh(windows)
         if self.cold_l2 and self.kind == "cuda":
             timing.flush_l2(self.device, self._scratch)
-        if index >= 0 and self.between is not None:  # a sample of the rounds runs alone
-            self.between.stop()
         message = {"op": "go", "method": method, "index": index, "calls": calls}
         sent = time.perf_counter()
         reply = self.worker.ask(message, [], protocol.Sample)
@@ -291,14 +283,7 @@ class Sampler:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
         self.settle()
-        try:
-            self._sample_rounds(phases, least)
-        finally:
-            if self.between is not None:  # the referee decides what loads the device next
-                self.between.stop()
-
-    def _sample_rounds(self, phases: list[Phase], least: int) -> None:
-        """The rounds themselves: each phase stops after ``least`` rounds at the earliest."""
+        self._ended = None
         # The case's time: the schedule's trials times a round of every phase (the median
         # of the rounds every phase ran: neither a slow first round nor one slow sample a
         # solution adds on purpose stretches it), and never more than ROUNDS_PER_TRIAL
@@ -329,17 +314,18 @@ class Sampler:
     def _sample(self, phase: Phase, index: int) -> float:
         """One timed sample of ``phase``; the seconds the referee saw."""
         method = phase.method
+        if SAMPLE_GAP_SECONDS and self._ended is not None:  # experiments only
+            time.sleep(max(0.0, self._ended + SAMPLE_GAP_SECONDS - time.monotonic()))
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
             self._probe(method, index)
             if self.clock is not None and (reading := self.clock()) is not None:
                 phase.clocks.readings.append(reading)
-        if self.between is not None:  # the device stays loaded while the referee checks
-            self.between.start()
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, len(phase.samples) + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
+        self._ended = time.monotonic()
         phase.samples.append(reply.us)
         phase.outside.append(seconds)
         if reply.host_us is not None:

@@ -61,7 +61,7 @@ class InputSets:
         if self.device.type == "cuda":
             # The worker reads these buffers from its own process as soon as it is told of
             # them: the copies must have landed (a reused buffer still holds other bytes).
-            torch.cuda.current_stream(self.device).synchronize()
+            torch.cuda.synchronize(self.device)
 
     def shared(self, index: int) -> bool:
         return self.share_integers and not floating(self.pristine[index])
@@ -90,13 +90,12 @@ class InputSets:
 
     def refresh(self, windows: list[dict[int, int]], fresh: Fresh) -> None:
         """Write window ``windows[j]`` into set ``j``, for every floating input; returns
-        once the writes are done (on this stream: the referee's load between samples runs
-        on another, and is not waited for)."""
+        once the writes are done."""
         for index in fresh.pools:
             offsets = [window[index] for window in windows]
             fresh.gather(index, offsets, self.views[index][: len(windows)])
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+            torch.cuda.synchronize(self.device)
 
     def changed(self, windows: list[dict[int, int]], fresh: Fresh | None) -> list[str]:
         """Names of inputs whose bytes in sets ``0..len(windows)-1`` differ from what was
