@@ -8,6 +8,9 @@ and eager medians (the median of its five copies), and B over A.
 
     git archive OLD src benchmarks | tar -x -C results/old     # the tree before
     PYTHONPATH=src python3 benchmarks/fidelity_ab.py --tree results/old --tree . --turns 2
+
+A tree may carry variables for its judge, to put an experiment's setting beside the
+default on one GPU: ``--tree . --tree .@INFERENCE_KERNELS_SAMPLE_GAP_MS=30``.
 """
 
 from __future__ import annotations
@@ -58,9 +61,23 @@ def triton_turn() -> dict[str, float] | None:
     return None
 
 
-def turn(tree: Path, runs: int | None = None) -> dict:
+def variant(spec: str) -> tuple[Path, dict[str, str]]:
+    """A ``--tree``: ``PATH`` or ``PATH@NAME=VALUE[@NAME=VALUE...]``, the tree's judge run
+    with those variables set (an experiment's knob: ``.@INFERENCE_KERNELS_SAMPLE_GAP_MS=30``)."""
+    path, *assignments = spec.split("@")
+    env = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not name:
+            raise SystemExit(f"--tree {spec}: {assignment!r} is not NAME=VALUE")
+        env[name] = value
+    return Path(path).resolve(), env
+
+
+def turn(tree: Path, runs: int | None = None, extra: dict[str, str] | None = None) -> dict:
     env = dict(
         os.environ,
+        **(extra or {}),
         PYTHONPATH=":".join(
             [str(tree / "src"), *[p for p in os.environ.get("PYTHONPATH", "").split(":") if p]]
         ),
@@ -81,7 +98,12 @@ def turn(tree: Path, runs: int | None = None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", type=Path, action="append", required=True)
+    parser.add_argument(
+        "--tree",
+        action="append",
+        required=True,
+        help="a source tree, PATH or PATH@NAME=VALUE (its judge run with that variable set)",
+    )
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument(
         "--triton",
@@ -89,12 +111,21 @@ def main() -> None:
         help="after each turn, time the same calls with triton's do_bench_cudagraph",
     )
     options = parser.parse_args()
-    trees = [tree.resolve() for tree in options.tree]
+    variants = {spec: variant(spec) for spec in options.tree}
+    # a tree's key: its resolved path, and the variables it runs with
+    keys = {
+        spec: "@".join([str(path), *(f"{k}={v}" for k, v in env.items())])
+        for spec, (path, env) in variants.items()
+    }
+    trees = [keys[spec] for spec in options.tree]
+    if len(set(trees)) < len(trees):
+        raise SystemExit("--tree: the same tree and variables twice")
     runs: dict[str, list[dict]] = {str(tree): [] for tree in trees}
     triton: dict[str, list[dict | None]] = {str(tree): [] for tree in trees}  # after each turn
     for _ in range(options.turns):
-        for tree in trees:
-            runs[str(tree)].append(turn(tree))  # each turn's figures also go to stderr
+        for spec in options.tree:
+            tree, (path, env) = keys[spec], variants[spec]
+            runs[str(tree)].append(turn(path, extra=env))  # each turn's figures also to stderr
             print(f"turn {tree}: {json.dumps(runs[str(tree)][-1])}", file=sys.stderr, flush=True)
             if options.triton:
                 triton[str(tree)].append(triton_turn())

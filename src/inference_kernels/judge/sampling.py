@@ -66,11 +66,13 @@ CHECKS = 2
 CAPTURE_WARMUP = 1
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
 # For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
-# rounds starts at least this long after the one before it ended, the referee idle before
-# it refreshes the sets. Between two samples the device idles while the referee refreshes,
-# compares, probes and reads the clocks: 17-18 ms a round at c839524, 12.6-13 ms at 7829dc8,
-# and a power-capped GEMM's time may follow that gap (docs/measurements/
-# h200-timing-fidelity.md, sixteenth session); this sets it, to measure that in the judge.
+# rounds starts at least this long after the one before it ended (the first: after the
+# steady load), the referee idle before it refreshes the sets. Unset, the device idles
+# between two samples while the referee refreshes, compares, probes and reads the clocks
+# (17-18 ms a round at c839524, 12.6-13 ms at 7829dc8), and a power-capped kernel's time
+# follows that gap: a bf16 GEMM took 600 us a call with none, 531 with 13 ms and 522 with
+# 30 ms on one H200 (benchmarks/sample_gaps.py, docs/measurements/h200-timing-fidelity.md).
+# This sets the gap in the judge itself, to choose it there.
 _GAP = os.environ.get("INFERENCE_KERNELS_SAMPLE_GAP_MS", "")
 SAMPLE_GAP_SECONDS = int(_GAP) / 1e3 if _GAP.isdigit() else 0.0
 
@@ -102,7 +104,7 @@ class Sampler:
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
-    _ended: float | None = None  # when the last sample of the rounds ended
+    _ended: float | None = None  # when the steady load or the last sample of the rounds ended
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -283,7 +285,7 @@ class Sampler:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
         self.settle()
-        self._ended = None
+        self._ended = time.monotonic()  # the first sample rests after the steady load too
         # The case's time: the schedule's trials times a round of every phase (the median
         # of the rounds every phase ran: neither a slow first round nor one slow sample a
         # solution adds on purpose stretches it), and never more than ROUNDS_PER_TRIAL
