@@ -16,9 +16,11 @@ interleaved in shuffled order, repeated; triton's ``do_bench_cudagraph`` of the 
 before and after all trials, for comparison. Prints JSON: per gap and kernel, each trial's
 median and its seven samples' max/min, the median clock; and triton's medians.
 
-    PYTHONPATH=src python3 benchmarks/sample_gaps.py > sample-gaps.json      # about 100 s
+    PYTHONPATH=src python3 benchmarks/sample_gaps.py > sample-gaps.json      # about 130 s
+    PYTHONPATH=src python3 benchmarks/sample_gaps.py --gaps 13,20,25,30 --rest-first
 """
 
+import argparse
 import json
 import random
 import statistics
@@ -68,9 +70,14 @@ def graph(call, count: int) -> torch.cuda.CUDAGraph:
     return made
 
 
-def samples(made: torch.cuda.CUDAGraph, count: int, gap: float, read) -> tuple[list, list]:
-    """Seven timed replays, ``gap`` seconds of idle after each: (us per call, readings)."""
+def samples(
+    made: torch.cuda.CUDAGraph, count: int, gap: float, read, rest_first: bool = False
+) -> tuple[list, list]:
+    """Seven timed replays, ``gap`` seconds of idle after each (``rest_first``: before the
+    first too, as the judge's INFERENCE_KERNELS_SAMPLE_GAP_MS does): (us per call, readings)."""
     readings: list = []
+    if rest_first:
+        time.sleep(gap)
 
     def after() -> None:
         readings.append(read())
@@ -92,6 +99,19 @@ def triton_medians(made_calls: dict) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--gaps",
+        type=lambda text: [int(gap) for gap in text.split(",")],
+        default=GAPS_MS,
+        help=f"idle gaps in ms, comma-separated (default {','.join(map(str, GAPS_MS))})",
+    )
+    parser.add_argument(
+        "--rest-first",
+        action="store_true",
+        help="rest the gap after the steady load too, before the first sample",
+    )
+    options = parser.parse_args()
     device = torch.device("cuda", 0)  # busy.products sets the device: it needs an index
     read = clocks.reader(device) or (lambda: None)
     made_calls = calls()
@@ -99,7 +119,7 @@ def main() -> None:
     background = busy.Busy(busy.products(device))
     timing.load(device, 10.0)  # the referee's preheat
     triton_before = triton_medians(made_calls)
-    order = [(gap, name) for gap in GAPS_MS for name in graphs for _ in range(REPEATS)]
+    order = [(gap, name) for gap in options.gaps for name in graphs for _ in range(REPEATS)]
     random.Random(0).shuffle(order)
     trials = []
     for gap, name in order:
@@ -107,7 +127,7 @@ def main() -> None:
         time.sleep(BETWEEN_CASES)
         background.stop()
         timing.load(device, STEADY)
-        times, readings = samples(graphs[name], CALLS[name], gap / 1e3, read)
+        times, readings = samples(graphs[name], CALLS[name], gap / 1e3, read, options.rest_first)
         trial = {
             "gap_ms": gap,
             "kernel": name,
@@ -121,7 +141,7 @@ def main() -> None:
         print(json.dumps(trial), file=sys.stderr, flush=True)
     triton_after = triton_medians(made_calls)
     summary = {}
-    for gap in GAPS_MS:
+    for gap in options.gaps:
         for name in graphs:
             mine = [t for t in trials if (t["gap_ms"], t["kernel"]) == (gap, name)]
             medians = [t["median_us"] for t in mine]
@@ -136,6 +156,7 @@ def main() -> None:
         json.dumps(
             {
                 **identity(device),
+                "rest_first": options.rest_first,
                 "triton_before_us": triton_before,
                 "triton_after_us": triton_after,
                 "summary": summary,
