@@ -324,6 +324,9 @@ class PhaseTiming(_Row):
     median_half_width: float | None = None  # of the 95% interval, relative to the median
     resampled: bool | None = None  # sampled again with more calls, alone
     clocks: PhaseClocks | None = None
+    # rounds whose sample did not count: the GPU was busy after it or after the one before
+    # (judge/sampling.py PROBE_RETAKES)
+    not_counted: list[int] | None = None
 
 
 class PhaseError(_Row):
@@ -369,6 +372,7 @@ class TimingRecord(_Row):
     graph: PhaseTiming | PhaseError | None = None
     sets: SetsUsed | None = None
     kernels: KernelTimes | None = None
+    busy_after: list[str] | None = None  # samples the GPU was still busy after, and how long
     error: str | None = None  # rows from before the timing_error status
 
 

@@ -242,7 +242,7 @@ def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration
         made.device, made.fit = torch.device(kind), 1000
         made.plan = Plan(1, 16, 7)  # 16 calls: the calibration's 2 ms a call
         made.grow = Grown
-        monkeypatch.setattr(made, "_probe", lambda method, index: None)
+        monkeypatch.setattr(made, "_probe", lambda: 0.0)
         entries = made.time_methods(["eager", "graph"], None)
         sizes[kind] = entries["eager"]["calls_per_sample"], entries["graph"]["calls_per_sample"]
     assert sizes["cuda"] == (27, 27)  # 26.7 ms of 1 ms calls
@@ -258,7 +258,7 @@ def test_the_load_stops_for_sizing_samples_and_ends_right_before_the_rounds(monk
     made = sampler(worker)
     made.device, made.fit, made.plan = torch.device("cuda"), 1000, Plan(4, 16, 7)
     made.grow = type("Grown", (Sets,), {"__init__": lambda self, count, old: None})
-    monkeypatch.setattr(made, "_probe", lambda method, index: None)
+    monkeypatch.setattr(made, "_probe", lambda: 0.0)
 
     @contextlib.contextmanager
     def alone():
@@ -316,3 +316,55 @@ def test_no_settle_when_nothing_is_timed_and_a_resampled_method_is_set_up_under_
     assert "method" not in ops[second:]
     timed_after = [entry for entry in worker.log[second + 1 :] if entry[0] == "go"]
     assert timed_after and all(index >= 0 for _, _, index in timed_after)
+
+
+def probed(waits_ms):
+    """A sampler whose idle probe after timed sample j (all phases, in order) waits
+    ``waits_ms[j]`` ms (0 past the list), on a "cuda" device."""
+    worker = ScriptedWorker(lambda method, index: 1000.0 + max(index, 0))  # sample j: 1000+j
+    made = sampler(worker)
+    made.device, made.fit = torch.device("cuda"), 1000
+    made.grow = lambda count, old: Sets()
+    waits = iter(waits_ms)
+    made._probe = lambda: next(waits, 0.0) / 1e3
+    return worker, made
+
+
+def test_a_sample_the_gpu_was_busy_after_is_not_counted_nor_the_next_one():
+    """An honest case met a device stall of 2-3 ms after a sample once (the referee's load
+    before it): it is not timing_suspect for that. Neither that sample nor the next counts
+    (work left running may reach into it, or have prepared its outputs); the phase takes
+    two more samples, and the row says which and why."""
+    worker, made = probed([0, 0, 3.2])  # the third sample (round 2)
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert made.suspect == []
+    assert entry["not_counted"] == [2, 3]
+    assert entry["rounds"] == schedule.MIN_ROUNDS  # counted samples
+    assert len(timed(worker)) == schedule.MIN_ROUNDS + 2
+    assert sorted(entry["samples_us"]) == [1000.0 + j for j in (0, 1, 4, 5, 6, 7)]
+    assert made.busy_after == [
+        "graph sample 2: the GPU was still busy 3.2 ms after the worker reported the sample done"
+    ]
+
+
+def test_a_solution_that_leaves_work_running_in_many_samples_is_still_suspect():
+    """Past PROBE_RETAKES such samples the case is timing_suspect, as every such sample
+    made it before (attack ``side_stream`` leaves a matmul running in every sample)."""
+    _, made = probed([5.0] * 40)
+    made.time_methods(["graph"], None)
+    assert len(made.busy_after) > sampling.PROBE_RETAKES
+    assert made.suspect[0] == (
+        f"graph sample {sampling.PROBE_RETAKES}: the GPU was still busy 5.0 ms after the worker "
+        f"reported the sample done ({sampling.PROBE_RETAKES + 1} samples of the case)"
+    )
+
+
+def test_leaving_work_in_every_other_sample_times_none_of_the_samples_near_it():
+    """A solution could leave work running after a sample that prepares the next one (and
+    be slow in the first, fast in the second). Both are dropped; beyond PROBE_RETAKES the
+    case is suspect, so at most that many pairs are dropped and none of them timed."""
+    worker, made = probed([4.0, 0.0] * 20)
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert made.suspect  # the third time
+    assert entry["not_counted"] == [0, 1, 2, 3]
+    assert 1001.0 not in entry["samples_us"]  # the one after the first was dropped

@@ -48,6 +48,7 @@ class Phase:
     outside: list[float] = field(default_factory=list)  # the referee's, seconds per sample
     clocks: Log = field(default_factory=Log)
     stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
+    dropped: list[int] = field(default_factory=list)  # rounds whose sample did not count
 
     def half_width(self) -> float:
         """The larger side of the median's 95% interval, relative to the median."""
