@@ -324,8 +324,8 @@ class PhaseTiming(_Row):
     median_half_width: float | None = None  # of the 95% interval, relative to the median
     resampled: bool | None = None  # sampled again with more calls, alone
     clocks: PhaseClocks | None = None
-    # rounds whose sample did not count: the GPU was busy after it or after the one before
-    # (judge/sampling.py PROBE_RETAKES)
+    # rounds whose sample did not count: the GPU was busy after the one before
+    # (judge/sampling.py PROBE_RETAKES; the busy one counts, with the wait added)
     not_counted: list[int] | None = None
 
 
