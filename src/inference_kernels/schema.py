@@ -324,9 +324,11 @@ class PhaseTiming(_Row):
     median_half_width: float | None = None  # of the 95% interval, relative to the median
     resampled: bool | None = None  # sampled again with more calls, alone
     clocks: PhaseClocks | None = None
-    # rounds whose sample did not count: the GPU was busy after the one before
-    # (judge/sampling.py PROBE_RETAKES; the busy one counts, with the wait added)
+    # rounds whose sample did not count: the GPU was busy after the one before; and samples
+    # (positions in samples_us) the GPU was busy after, which count as the phase's slowest
+    # (judge/sampling.py PROBE_RETAKES)
     not_counted: list[int] | None = None
+    ranked_slowest: list[int] | None = None
 
 
 class PhaseError(_Row):

@@ -66,15 +66,16 @@ CHECKS = 2
 CAPTURE_WARMUP = 1
 PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be idle
 # Samples of a case after which the GPU may be found busy past PROBE_LIMIT before the case
-# is timing_suspect. Such a sample counts with the wait added to its time (work left
-# running is charged to it, never hidden), and the sample after it does not count (that
-# work may reach into it, or may have prepared its outputs); the phase takes another.
+# is timing_suspect. Such a sample counts as the phase's slowest (the probe's wait is only
+# a lower bound of the work left running: what the sample reports cannot be vouched for),
+# and the sample after it, of any phase, does not count (that work may reach into it, or
+# may have prepared its outputs); the phase takes another.
 # Honest baselines met it: a GEMM 2.3 and 3.2 ms (4f62343), a neighborhood attention 2.3 ms
 # (c839524), each once in a case, right after the referee's load; the device stalled
 # 14.5 ms after a load with nothing else on it (benchmarks/clock_stall.py). A solution that
 # leaves work running in more samples than this is timing_suspect as before. One that does
-# it in fewer gains nothing: its own sample is slower by the work, the next is not timed,
-# and it cannot drop a sample after seeing that it was slow.
+# it in fewer gains nothing: its own sample ranks last, the next is not timed, and it cannot
+# drop a sample after seeing that it was slow.
 PROBE_RETAKES = 2
 # For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
 # rounds starts at least this long after the one before it ended (the first: after the
@@ -166,14 +167,14 @@ class Sampler:
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - began
 
-    def _counted(self, method: str, index: int, waited: float) -> tuple[bool, float]:
-        """Whether the sample just taken counts, and the seconds charged to it (see
-        PROBE_RETAKES): the probe's wait, if the GPU was busy past PROBE_LIMIT after it; it
-        does not count if the GPU was after the one before. Past PROBE_RETAKES such samples
-        the case is timing_suspect, and every sample counts (the verdict is made)."""
+    def _counted(self, method: str, index: int, waited: float) -> tuple[bool, bool]:
+        """Whether the sample just taken counts, and whether as the phase's slowest (see
+        PROBE_RETAKES): it does if the GPU was busy past PROBE_LIMIT after it, and does not
+        count if the GPU was after the one before. Past PROBE_RETAKES such samples the case
+        is timing_suspect, and every sample counts as it is (the verdict is made)."""
         after_busy, self._skip_next = self._skip_next, False
         if waited <= PROBE_LIMIT:
-            return not after_busy, 0.0
+            return not after_busy, False
         note = (
             f"{method} sample {index}: the GPU was still busy {waited * 1e3:.1f} ms after "
             "the worker reported the sample done"
@@ -181,9 +182,9 @@ class Sampler:
         self.busy_after.append(note)
         if len(self.busy_after) > PROBE_RETAKES:
             self.suspect.append(f"{note} ({len(self.busy_after)} samples of the case)")
-            return True, waited
+            return True, False
         self._skip_next = True
-        return not after_busy, waited
+        return not after_busy, True
 
     def calibrate(self) -> float:
         """Seconds per call over two untimed eager samples of ``plan.warmup`` calls: the
@@ -351,7 +352,7 @@ class Sampler:
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
-            counted, charged = self._counted(method, index, self._probe())
+            counted, slowest = self._counted(method, index, self._probe())
             reading = self.clock() if self.clock is not None else None
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
@@ -362,11 +363,13 @@ class Sampler:
             return seconds
         if reading is not None:
             phase.clocks.readings.append(reading)
-        phase.samples.append(reply.us + charged * 1e6 / phase.iters)
-        phase.outside.append(seconds + charged)
+        if slowest:
+            phase.slowest.append(len(phase.samples))
+        phase.samples.append(reply.us)
+        phase.outside.append(seconds)
         if reply.host_us is not None:
             phase.host.append(reply.host_us)
-        return seconds + charged
+        return seconds
 
     def kernel_times(self, calls: int, rest: float) -> dict[str, Any]:
         """The kernels' own durations over one eager sample of ``calls`` calls (at most
@@ -432,12 +435,14 @@ class Sampler:
         if self.cold_l2 and self.kind == "cuda":
             name += ", cold L2"
         host = phase.host if method != "graph" else []
-        result = summary(method, name, phase.samples, iters, host)
+        result = summary(method, name, phase.ranked(), iters, host)
         result["rounds"] = len(phase.samples)
         result["stopped"] = phase.stopped
         result["median_half_width"] = round(phase.half_width(), 5)
-        if phase.dropped:  # the GPU was busy after them or after the sample before
+        if phase.dropped:  # the GPU was busy after the sample before
             result["not_counted"] = phase.dropped
+        if phase.slowest:  # the GPU was busy after them: samples_us holds the slowest there
+            result["ranked_slowest"] = phase.slowest
         if phase.resampled:
             result["resampled"] = True
         if method == "graph":

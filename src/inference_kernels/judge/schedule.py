@@ -49,11 +49,22 @@ class Phase:
     clocks: Log = field(default_factory=Log)
     stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
     dropped: list[int] = field(default_factory=list)  # rounds whose sample did not count
+    slowest: list[int] = field(default_factory=list)  # samples ranked as the slowest
+
+    def ranked(self) -> list[float]:
+        """The samples the phase's figures come from: those in ``slowest`` count as the
+        slowest of all (the GPU was busy after them: what they report cannot be vouched
+        for, and can only move the median up, by a rank each)."""
+        if not self.slowest:
+            return self.samples
+        top = max(self.samples)
+        return [top if i in self.slowest else t for i, t in enumerate(self.samples)]
 
     def half_width(self) -> float:
         """The larger side of the median's 95% interval, relative to the median."""
-        low, high, _ = median_interval(self.samples)
-        middle = statistics.median(self.samples)
+        samples = self.ranked()
+        low, high, _ = median_interval(samples)
+        middle = statistics.median(samples)
         return max(middle - low, high - middle) / middle if middle > 0 else math.inf
 
 
