@@ -120,38 +120,38 @@ def main() -> None:
     trees = [keys[spec] for spec in options.tree]
     if len(set(trees)) < len(trees):
         raise SystemExit("--tree: the same tree and variables twice")
-    runs: dict[str, list[dict]] = {str(tree): [] for tree in trees}
-    triton: dict[str, list[dict | None]] = {str(tree): [] for tree in trees}  # after each turn
+    runs: dict[str, list[dict]] = {tree: [] for tree in trees}
+    triton: dict[str, list[dict | None]] = {tree: [] for tree in trees}  # after each turn
     for _ in range(options.turns):
         for spec in options.tree:
             tree, (path, env) = keys[spec], variants[spec]
-            runs[str(tree)].append(turn(path, extra=env))  # each turn's figures also to stderr
-            print(f"turn {tree}: {json.dumps(runs[str(tree)][-1])}", file=sys.stderr, flush=True)
+            runs[tree].append(turn(path, extra=env))  # each turn's figures also to stderr
+            print(f"turn {tree}: {json.dumps(runs[tree][-1])}", file=sys.stderr, flush=True)
             if options.triton:
-                triton[str(tree)].append(triton_turn())
-                print(f"triton: {json.dumps(triton[str(tree)][-1])}", file=sys.stderr, flush=True)
-    report: dict = {"trees": [str(t) for t in trees], "turns": options.turns, "shapes": {}}
-    for shape in runs[str(trees[0])][0]:
+                triton[tree].append(triton_turn())
+                print(f"triton: {json.dumps(triton[tree][-1])}", file=sys.stderr, flush=True)
+    report: dict = {"trees": list(trees), "turns": options.turns, "shapes": {}}
+    for shape in runs[trees[0]][0]:
         entry: dict = {}
         for tree in trees:
-            after = [t[shape] for t in triton[str(tree)] if t]
+            after = [t[shape] for t in triton[tree] if t]
             if after:
-                graph = statistics.median(r[shape]["graph"]["median_us"] for r in runs[str(tree)])
-                entry.setdefault(str(tree), {})["triton_after_turns_us"] = after
-                entry[str(tree)]["graph_over_triton"] = round(graph / statistics.median(after), 4)
+                graph = statistics.median(r[shape]["graph"]["median_us"] for r in runs[tree])
+                entry.setdefault(tree, {})["triton_after_turns_us"] = after
+                entry[tree]["graph_over_triton"] = round(graph / statistics.median(after), 4)
             for method in ("graph", "eager"):
-                medians = [r[shape][method]["median_us"] for r in runs[str(tree)]]
-                entry.setdefault(str(tree), {})[method] = {
+                medians = [r[shape][method]["median_us"] for r in runs[tree]]
+                entry.setdefault(tree, {})[method] = {
                     "turns_us": medians,
                     "median_us": round(statistics.median(medians), 2),
                     "statuses": sorted(
-                        {s for r in runs[str(tree)] for s in r[shape][method]["statuses"]}
+                        {s for r in runs[tree] for s in r[shape][method]["statuses"]}
                     ),
                     # (trees before issue 13 do not record clocks)
-                    "sm_mhz": [r[shape][method].get("sm_mhz") for r in runs[str(tree)]],
+                    "sm_mhz": [r[shape][method].get("sm_mhz") for r in runs[tree]],
                 }
         if len(trees) == 2:
-            a, b = (entry[str(t)] for t in trees)
+            a, b = (entry[t] for t in trees)
             entry["b_over_a"] = {
                 m: round(b[m]["median_us"] / a[m]["median_us"], 4) for m in ("graph", "eager")
             }

@@ -650,7 +650,7 @@ class Referee:
             for method, checks in sampler.checks.items():
                 for window, produced in checks:
                     self._check(method, window, produced, verdict)
-        if sampler.busy_after:  # samples not counted (sampling.PROBE_RETAKES), and why
+        if sampler.busy_after:  # samples the GPU was busy after (sampling.PROBE_RETAKES)
             verdict["timing"]["busy_after"] = sampler.busy_after
         if sampler.suspect:
             raise CaseEnded(statuses.TIMING_SUSPECT, sampler.suspect[0])

@@ -353,7 +353,7 @@ class Sampler:
         outputs, reply, seconds = self.go(method, index, windows)
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
             counted, slowest = self._counted(method, index, self._probe())
-            reading = self.clock() if self.clock is not None else None
+            reading = self.clock() if counted and self.clock is not None else None
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
