@@ -106,31 +106,33 @@ def test_every_sample_is_read_alike_whether_it_is_kept_for_checking_or_not():
 
 def test_an_experiment_sets_the_idle_gap_between_the_rounds_samples(monkeypatch):
     """``INFERENCE_KERNELS_SAMPLE_GAP_MS`` (experiments only): each timed sample of the
-    rounds starts at least that long after the one before it ended, before its sets are
-    refreshed, and the first as long after the steady load (``settle``): on one H200 the
-    first of seven GEMM samples right after the load took 600 us, the six after 30 ms
-    rests 519-529 (benchmarks/sample_gaps.py). The sizing samples before do not wait."""
+    rounds has its sets refreshed (and is sent) at least that long after the one before it
+    ended as the referee saw it, and the first as long after the steady load (``settle``):
+    on one H200 the first of seven GEMM samples right after the load took 600 us, the six
+    after 30 ms rests 519-529 (benchmarks/sample_gaps.py). The referee's bookkeeping counts
+    toward the gap; the refresh comes after the wait, so a sample's inputs are never on the
+    device during it. The sizing samples before do not wait."""
     monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.03)
     worker = ScriptedWorker(lambda method, index: 1000.0)
     made = sampler(worker)
-    settled = []
-    made.settle = lambda: settled.append(time.monotonic())
-    refreshed = []
-    made.sets.refresh = lambda windows, fresh: refreshed.append(time.monotonic())
-    original = made._unchanged
     ended = []
+    made.settle = lambda: ended.append(time.perf_counter())
+    refreshed = []
+    made.sets.refresh = lambda windows, fresh: refreshed.append(time.perf_counter())
+    ask = worker.ask
 
-    def unchanged(windows, what):
-        original(windows, what)
-        ended.append(time.monotonic())
+    def answered(message, fds, *kinds):
+        reply = ask(message, fds, *kinds)
+        if ended and message["op"] == "go":  # the rounds' samples
+            ended.append(worker.channel.arrived)
+        return reply
 
-    made._unchanged = unchanged
+    worker.ask = answered
     made.time_methods(["graph"], None)
-    rounds = refreshed[-len(ended) :]  # the rounds' refreshes, one a sample
-    assert len(ended) == schedule.MIN_ROUNDS
-    waits = [start - end for end, start in zip(settled + ended[:-1], rounds, strict=True)]
-    assert len(waits) == schedule.MIN_ROUNDS
-    assert all(wait >= 0.03 for wait in waits), waits
+    rounds = refreshed[-(len(ended) - 1) :]  # the rounds' refreshes, one a sample
+    assert len(rounds) == schedule.MIN_ROUNDS
+    waits = [start - end for end, start in zip(ended[:-1], rounds, strict=True)]
+    assert all(0.03 <= wait < 0.045 for wait in waits), waits  # no more than the gap
     monkeypatch.setattr(sampling, "SAMPLE_GAP_SECONDS", 0.0)  # unset: no wait
     made = sampler(ScriptedWorker(lambda method, index: 1000.0))
     began = time.monotonic()

@@ -78,13 +78,14 @@ PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be 
 # drop a sample after seeing that it was slow.
 PROBE_RETAKES = 2
 # For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
-# rounds starts at least this long after the one before it ended (the first: after the
-# steady load), the referee idle before it refreshes the sets. Unset, the device idles
-# between two samples while the referee refreshes, compares, probes and reads the clocks
-# (17-18 ms a round at c839524, 12.6-13 ms at 7829dc8), and a power-capped kernel's time
-# follows that gap: a bf16 GEMM took 600 us a call with none, 531 with 13 ms and 522 with
-# 30 ms on one H200 (benchmarks/sample_gaps.py, docs/measurements/h200-timing-fidelity.md).
-# This sets the gap in the judge itself, to choose it there.
+# rounds is sent at least this long after the one before it ended as the referee saw it
+# (the first: after the steady load); the referee's bookkeeping in between (compare,
+# probe, clocks) counts toward it, the refresh of the sets follows it. Unset, the
+# device idles between two samples for as long as that bookkeeping takes (17-18 ms a round
+# at c839524, 12.6-13 ms at 7829dc8), and a power-capped kernel's time follows that gap: a
+# bf16 GEMM took 600 us a call with none, 531 with 13 ms and 522 with 30 ms on one H200
+# (benchmarks/sample_gaps.py, docs/measurements/h200-timing-fidelity.md). This sets the gap
+# in the judge itself, to choose it there.
 _GAP = os.environ.get("INFERENCE_KERNELS_SAMPLE_GAP_MS", "")
 SAMPLE_GAP_SECONDS = int(_GAP) / 1e3 if _GAP.isdigit() else 0.0
 
@@ -118,7 +119,7 @@ class Sampler:
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
-    _ended: float | None = None  # when the steady load or the last sample of the rounds ended
+    _ended: float | None = None  # perf_counter when the steady load or the last sample ended
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -314,7 +315,7 @@ class Sampler:
             self.refs.pop(phase.method, None)
             self.checks[phase.method] = []
         self.settle()
-        self._ended = time.monotonic()  # the first sample rests after the steady load too
+        self._ended = time.perf_counter()  # the first sample rests after the steady load too
         self._skip_next = False
         # The case's time: the schedule's trials times a round of every phase (the median
         # of the rounds every phase ran: neither a slow first round nor one slow sample a
@@ -347,17 +348,19 @@ class Sampler:
     def _sample(self, phase: Phase, index: int) -> float:
         """One timed sample of ``phase``; the seconds the referee saw."""
         method = phase.method
-        if SAMPLE_GAP_SECONDS and self._ended is not None:  # experiments only
-            time.sleep(max(0.0, self._ended + SAMPLE_GAP_SECONDS - time.monotonic()))
+        if SAMPLE_GAP_SECONDS and self._ended is not None:
+            # before the refresh: the sample's inputs are written right before it is sent,
+            # never left for the solution's threads to work on during the rest
+            time.sleep(max(0.0, self._ended + SAMPLE_GAP_SECONDS - time.perf_counter()))
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
+        self._ended = self.worker.channel.arrived
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
             counted, slowest = self._counted(method, index, self._probe())
             reading = self.clock() if counted and self.clock is not None else None
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
-        self._ended = time.monotonic()
         if not counted:
             phase.dropped.append(index)
             return seconds
