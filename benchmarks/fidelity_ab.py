@@ -10,7 +10,7 @@ and eager medians (the median of its five copies), and B over A.
     PYTHONPATH=src python3 benchmarks/fidelity_ab.py --tree results/old --tree . --turns 2
 
 A tree may carry variables for its judge, to put an experiment's setting beside the
-default on one GPU: ``--tree . --tree .@INFERENCE_KERNELS_SAMPLE_GAP_MS=30``.
+default on one GPU: ``--tree . --tree .@INFERENCE_KERNELS_SETS_CAP_BYTES=4294967296``.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def triton_turn() -> dict[str, float] | None:
 
 def variant(spec: str) -> tuple[Path, dict[str, str]]:
     """A ``--tree``: ``PATH`` or ``PATH@NAME=VALUE[@NAME=VALUE...]``, the tree's judge run
-    with those variables set (an experiment's knob: ``.@INFERENCE_KERNELS_SAMPLE_GAP_MS=30``)."""
+    with those variables set (an experiment's knob)."""
     path, *assignments = spec.split("@")
     env = {}
     for assignment in assignments:

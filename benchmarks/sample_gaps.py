@@ -74,7 +74,7 @@ def samples(
     made: torch.cuda.CUDAGraph, count: int, gap: float, read, rest_first: bool = False
 ) -> tuple[list, list]:
     """Seven timed replays, ``gap`` seconds of idle after each (``rest_first``: before the
-    first too, as the judge's INFERENCE_KERNELS_SAMPLE_GAP_MS does): (us per call, readings)."""
+    first too, as the judge does, sampling.SAMPLE_GAP_SECONDS): (us per call, readings)."""
     readings: list = []
     if rest_first:
         time.sleep(gap)

@@ -369,6 +369,9 @@ class TimingRecord(_Row):
 
     regime: Regime | None = None  # None: a row from before regimes
     schedule: Timing | None = None  # warmup, calls per sample, trials (the time budget)
+    # least ms from one sample's end to the next's start (a GPU's; None: the CPU, or a row
+    # from before the gap was the judge's constant)
+    sample_gap_ms: float | None = Field(default=None, ge=0)
     eager: PhaseTiming | None = None
     prepared: PhaseTiming | PhaseError | None = None
     graph: PhaseTiming | PhaseError | None = None

@@ -22,7 +22,7 @@ def test_a_tree_with_variables_is_run_with_them_and_reported_apart(monkeypatch, 
         return {"gemm": {"graph": figures, "eager": figures}}
 
     monkeypatch.setattr(fidelity_ab, "turn", turn)
-    gap = "INFERENCE_KERNELS_SAMPLE_GAP_MS"
+    gap = "INFERENCE_KERNELS_SETS_CAP_BYTES"
     argv = ["fidelity_ab.py", "--tree", ".", "--tree", f".@{gap}=30", "--turns", "2"]
     monkeypatch.setattr(sys, "argv", argv)
     fidelity_ab.main()

@@ -41,7 +41,7 @@ from .loader import SolutionLoadError, compiled
 from .logs import redirect_output
 from .prefetch import Prefetcher
 from .reference_cache import ReferenceCache, reference_key
-from .sampling import Sampler
+from .sampling import SAMPLE_GAP_SECONDS, Sampler
 from .schedule import Plan, plan
 from .sets import InputSets, set_bytes
 from .stopwatch import Stopwatch
@@ -624,6 +624,8 @@ class Referee:
             "iters": sampler.plan.iters,
             "trials": sampler.plan.trials,
         }
+        if sampler.gap:
+            verdict["timing"]["sample_gap_ms"] = round(sampler.gap * 1e3, 3)
         launch = "prepared" if worker.loaded.prepare else None
         with self.watch.span("samples"):
             timed = sampler.time_methods(methods, launch)
@@ -674,6 +676,8 @@ class Referee:
         sampler.grow = lambda count, old: self._sets(worker, count, share, replacing=old)
         sampler.clock = self.clock
         sampler.watch = self.watch
+        if self.device.type == "cuda":  # the wall clock of the CPU does not rest
+            sampler.gap = SAMPLE_GAP_SECONDS
         if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks
             sampler.alone, sampler.settle, sampler.resume = self._alone, self._settle, self._resume
         per_call = sampler.calibrate()

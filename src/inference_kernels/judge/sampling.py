@@ -77,17 +77,20 @@ PROBE_LIMIT = 0.002  # seconds for a one-element kernel on a GPU that should be 
 # it in fewer gains nothing: its own sample ranks last, the next is not timed, and it cannot
 # drop a sample after seeing that it was slow.
 PROBE_RETAKES = 2
-# For experiments only (``INFERENCE_KERNELS_SAMPLE_GAP_MS``, unset: none): a sample of the
-# rounds is sent at least this long after the one before it ended as the referee saw it
-# (the first: after the steady load); the referee's bookkeeping in between (compare,
-# probe, clocks) counts toward it, the refresh of the sets follows it. Unset, the
-# device idles between two samples for as long as that bookkeeping takes (17-18 ms a round
-# at c839524, 12.6-13 ms at 7829dc8), and a power-capped kernel's time follows that gap: a
-# bf16 GEMM took 600 us a call with none, 531 with 13 ms and 522 with 30 ms on one H200
-# (benchmarks/sample_gaps.py, docs/measurements/h200-timing-fidelity.md). This sets the gap
-# in the judge itself, to choose it there.
-_GAP = os.environ.get("INFERENCE_KERNELS_SAMPLE_GAP_MS", "")
-SAMPLE_GAP_SECONDS = int(_GAP) / 1e3 if _GAP.isdigit() else 0.0
+# On a GPU, a sample of the rounds is sent at least this long after the one before it ended
+# as the referee saw it (the first: after the steady load). The device idles in between
+# while the referee compares, probes and reads the clocks, and a power-capped kernel's time
+# follows that idle: on one H200 a bf16 GEMM took 600 us a call with none, 537 with 13 ms,
+# 525 with 20 and 523 with 30 (benchmarks/sample_gaps.py --rest-first), so a gap left to
+# the bookkeeping's speed (17-18 ms at c839524, 12.6-13 ms at 7829dc8) moved every time
+# with it. In the judge, 20 ms gave the GEMM 520.7 us (spread of five copies 0.4%) and the
+# SDPA 166.3 (0.9%) where the judge before issue 13 gave 521.7 and 165.4 on the same GPU
+# (docs/measurements/h200-timing-fidelity.md, eighteenth session). The times are then those
+# of about 27 ms of a kernel after 20 ms of rest within sustained load, not of back-to-back
+# calls (triton's do_bench_cudagraph: 0.87 of its GEMM figure). The bookkeeping counts
+# toward the gap; the refresh of the sets follows the wait, so a sample's inputs are never
+# on the device while it lasts.
+SAMPLE_GAP_SECONDS = 0.020
 
 
 @dataclass
@@ -119,6 +122,7 @@ class Sampler:
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
+    gap: float = 0.0  # least seconds from a sample's end to the next (SAMPLE_GAP_SECONDS on a GPU)
     _ended: float | None = None  # perf_counter when the steady load or the last sample ended
     _random: random.SystemRandom = field(default_factory=random.SystemRandom)
     _scratch: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -348,10 +352,10 @@ class Sampler:
     def _sample(self, phase: Phase, index: int) -> float:
         """One timed sample of ``phase``; the seconds the referee saw."""
         method = phase.method
-        if SAMPLE_GAP_SECONDS and self._ended is not None:
+        if self.gap and self._ended is not None:
             # before the refresh: the sample's inputs are written right before it is sent,
             # never left for the solution's threads to work on during the rest
-            time.sleep(max(0.0, self._ended + SAMPLE_GAP_SECONDS - time.perf_counter()))
+            time.sleep(max(0.0, self._ended + self.gap - time.perf_counter()))
         windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
         self._ended = self.worker.channel.arrived
