@@ -25,18 +25,28 @@ class ScriptedWorker:
 
     names = ["out"]
 
-    def __init__(self, times, seen=1.0):
+    def __init__(self, times, seen=1.0, graph_named=None):
         self.times, self.seen, self.log = times, seen, []
         self.channel = SimpleNamespace(arrived=0.0)
+        # graph_named(calls): the outputs a graph's Ready names (as on CUDA), its samples
+        # then answering "same"
+        self.graph_named = graph_named
 
     def ask(self, message, fds, *kinds):
         self.log.append((message["op"], message.get("method"), message.get("index")))
+        method = message["method"]
         if message["op"] == "method":
-            return protocol.Ready(op="ready", method=message["method"])
+            if method == "graph" and self.graph_named is not None:
+                named = self.graph_named(message["calls"])
+                return protocol.Ready(op="ready", method=method, outputs=named)
+            return protocol.Ready(op="ready", method=method)
         calls, index = message["calls"], message["index"]
-        us = self.times(message["method"], index)
-        self.channel.arrived = time.perf_counter() + self.seen * us * 1e-6 * calls
+        us = self.times(method, index)
+        seen = self.seen(method, index) if callable(self.seen) else self.seen
+        self.channel.arrived = time.perf_counter() + seen * us * 1e-6 * calls
         outputs = [[REF]] * calls if index >= 0 else []
+        if method == "graph" and self.graph_named is not None and index >= 0:
+            outputs = "same"
         return protocol.Sample(
             op="sample", method=message["method"], index=index, us=us, outputs=outputs, buffers=[]
         )
@@ -394,3 +404,75 @@ def test_work_left_running_to_prepare_the_next_sample_gains_nothing():
     assert entry["not_counted"] == [1, 3]
     assert entry["ranked_slowest"] == [0, 1]  # rounds 0 and 2: the first two counted
     assert 1001.0 not in entry["samples_us"] and 1003.0 not in entry["samples_us"]
+
+
+def test_a_graph_names_its_outputs_when_captured_and_every_sample_answers_same():
+    """On CUDA a graph's outputs stay where they are: the worker names them in its Ready
+    (exported then, outside any sample: in the first sample they cost the referee's time
+    15 us a call, H200 audit at 962fd84) and every timed sample answers "same"; the
+    referee reads what the Ready named after every sample."""
+    worker = ScriptedWorker(lambda method, index: 5000.0, graph_named=lambda calls: [[REF]] * calls)
+    made = sampler(worker)
+    entries = made.time_methods(["graph"], None)
+    assert entries["graph"]["rounds"] == schedule.MIN_ROUNDS
+    assert len(made.checks["graph"]) == sampling.CHECKS
+
+
+def test_a_graph_sample_that_names_outputs_again_ends_the_case():
+    """Once its Ready named them, a graph's outputs cannot move: a sample naming them again
+    (it would only make the referee read more while the device rests) is refused."""
+    worker = ScriptedWorker(lambda method, index: 5000.0, graph_named=lambda calls: [[REF]] * calls)
+    ask = worker.ask
+    worker.ask = lambda message, fds, *kinds: (
+        ask(message, fds, *kinds).model_copy(update={"outputs": [[REF]] * message["calls"]})
+        if message["op"] == "go" and message["index"] >= 0
+        else ask(message, fds, *kinds)
+    )
+    with pytest.raises(CaseEnded) as ended:
+        sampler(worker).time_methods(["graph"], None)
+    assert (ended.value.status, ended.value.error) == (
+        "protocol_violation",
+        "a graph's outputs moved",
+    )
+
+
+def test_a_ready_for_another_method_ends_the_case():
+    worker = ScriptedWorker(lambda method, index: 5000.0)
+    ask = worker.ask
+    worker.ask = lambda message, fds, *kinds: (
+        protocol.Ready(op="ready", method="eager")
+        if message["op"] == "method" and message["method"] == "graph"
+        else ask(message, fds, *kinds)
+    )
+    with pytest.raises(CaseEnded) as ended:
+        sampler(worker).time_methods(["graph"], None)
+    assert ended.value.error == "the worker set up another method"
+
+
+def test_a_graph_whose_ready_names_too_few_calls_ends_the_case():
+    worker = ScriptedWorker(lambda method, index: 5000.0, graph_named=lambda calls: [[REF]])
+    with pytest.raises(CaseEnded) as ended:
+        sampler(worker).time_methods(["graph"], None)
+    assert ended.value.status == "protocol_violation"
+    assert "outputs of 1 calls for a sample of 4" in ended.value.error
+
+
+def test_a_solution_that_rests_the_device_before_its_clock_in_a_few_samples_gains_nothing():
+    """The outside check goes by the median, so a solution may idle before starting its own
+    clock in a minority of samples without being suspect; each such sample runs on a rested
+    device and reports faster (here 900 us against 1,000). Each is late (the referee saw
+    ten times what it reports: past the CPU's loose limit) and ranks slowest: the median
+    can only go up."""
+    rested = {1, 4}
+    worker = ScriptedWorker(
+        lambda method, index: 900.0 if index in rested else 1000.0 + index,
+        seen=lambda method, index: 10.0 if index in rested else 1.0,
+    )
+    made = sampler(worker)
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert made.suspect == []  # most samples are on time
+    assert entry["late"] == entry["ranked_slowest"] == [1, 4]
+    assert 900.0 not in entry["samples_us"]
+    honest = [1000.0 + index for index in range(entry["rounds"]) if index not in rested]
+    assert entry["median_us"] >= statistics.median(honest)
+    assert entry["outside"]["samples_us"][1] > 9.9 * 900.0  # the raw figures stay in the row

@@ -21,6 +21,18 @@ from typing import Any
 _HEADER = struct.Struct("<II")
 MAX_BODY = 32 << 20  # bytes of JSON in one message
 MAX_FDS = 64
+# What the referee spends reading a message is no part of any sample's time (it reads after
+# the message has arrived), and before the next sample the device rests while it reads
+# (sampling.SAMPLE_GAP_SECONDS): a worker that padded its replies would rest the device
+# longer than the gap (a key repeated 120,000 times: 1.4 MB, 50-95 ms of parsing; a
+# review of 962fd84). Compact JSON, as ``send`` writes it, has no whitespace outside its
+# strings, no key twice and no long number, so a message with a key twice or a number of
+# more characters than MAX_NUMBER is refused, and so is a worker's with more whitespace
+# than its texts could hold (a referee's init carries solution sources); what is left to
+# pad is content that is checked.
+MAX_WHITESPACE = 64 << 10  # bytes (a Failed's error text is at most 4,000 characters)
+MAX_NUMBER = 32  # characters of one number: 2**48 has 15 digits, a float repr at most 24
+_WHITESPACE = b" \t\n\r"
 
 
 class ChannelClosed(EOFError):
@@ -48,8 +60,10 @@ def close_fds(fds: list[int]) -> None:
 
 
 class Channel:
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, compact: bool = False):
         self.sock = sock
+        # the messages read are a worker's (WorkerHandle): refused when padded with whitespace
+        self.compact = compact
         # time.perf_counter() when the last message had arrived whole. Not when its header
         # came: a worker that sent the header at once and the body after its calls made
         # the referee's outside time of a sample nil, and any time it reported passed.
@@ -123,9 +137,15 @@ class Channel:
                 raise ProtocolError(f"announced {count} descriptors, passed {len(fds)}")
             body = self._read(length, deadline, None)
             self.arrived = time.perf_counter()
+            if self.compact and len(body) - len(body.translate(None, _WHITESPACE)) > MAX_WHITESPACE:
+                raise ProtocolError("a message padded with whitespace")
             try:
-                message = json.loads(body)
-            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                message = json.loads(
+                    body, object_pairs_hook=_object, parse_int=_int, parse_float=_float
+                )
+            except ProtocolError:
+                raise
+            except (ValueError, RecursionError):  # JSON and Unicode errors, int digits
                 raise ProtocolError("a message that is not JSON") from None
             if not isinstance(message, dict):
                 raise ProtocolError("a message that is not a JSON object")
@@ -133,3 +153,24 @@ class Channel:
         except BaseException:
             close_fds(fds)
             raise
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        raise ProtocolError("a message with a key given twice")
+    return made
+
+
+def _number(text: str) -> str:
+    if len(text) > MAX_NUMBER:
+        raise ProtocolError(f"a number of {len(text)} characters")
+    return text
+
+
+def _int(text: str) -> int:
+    return int(_number(text))
+
+
+def _float(text: str) -> float:
+    return float(_number(text))

@@ -67,8 +67,7 @@ def check(
     allowance = ALLOWANCE[kind] + per_call * iters
     tolerance = TOLERANCE[kind]
     excess = [
-        outside - (1 + tolerance) * us * 1e-6 * iters - allowance
-        for outside, us in zip(seen, samples, strict=True)
+        over(outside, us, iters, kind, per_call) for outside, us in zip(seen, samples, strict=True)
     ]
     shortfall = [
         (1 - IMPOSSIBLE_RATIO) * us * 1e-6 * iters - IMPOSSIBLE_SLACK - outside
@@ -94,6 +93,12 @@ def check(
         "tolerance": tolerance,
     }
     return entry, suspect
+
+
+def over(seen: float, us: float, iters: int, kind: str, per_call: float) -> float:
+    """Seconds by which the referee's time of one sample (``seen``) exceeds what the
+    worker's ``us`` per call explains (over the limit where positive)."""
+    return seen - (1 + TOLERANCE[kind]) * us * 1e-6 * iters - ALLOWANCE[kind] - per_call * iters
 
 
 def allowed_per_call(method: str, kind: str, outputs: int, output_bytes: int) -> float:

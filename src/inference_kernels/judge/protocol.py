@@ -120,11 +120,20 @@ class Mapped(_Strict):
     op: Literal["mapped"]
 
 
+_SlotRefs = Annotated[
+    list[Annotated[list[TensorRef], Field(max_length=64)]], Field(max_length=1 << 16)
+]
+
+
 class Ready(_Strict):
-    """A timing method is set up (prepared launches made, graph captured)."""
+    """A timing method is set up (prepared launches made, graph captured). A graph on CUDA
+    names its calls' outputs here, where they will be after every replay, so that no sample
+    carries the cost of exporting them (its samples then all answer "same")."""
 
     op: Literal["ready"]
     method: Method
+    outputs: _SlotRefs | None = None
+    buffers: Annotated[list[Buffer], Field(max_length=4096)] = []
 
 
 class Unavailable(_Strict):
@@ -144,10 +153,7 @@ class Sample(_Strict):
     index: Annotated[int, Field(ge=-1, le=1 << 20)]  # -1: the warmup sample
     us: float
     host_us: float | None = None
-    outputs: (
-        Annotated[list[Annotated[list[TensorRef], Field(max_length=64)]], Field(max_length=1 << 16)]
-        | Literal["same"]
-    )
+    outputs: _SlotRefs | Literal["same"]
     buffers: Annotated[list[Buffer], Field(max_length=4096)]
 
     @field_validator("us", "host_us")

@@ -50,11 +50,13 @@ class Phase:
     stopped: str | None = None  # "converged", "time_cap" or "max_rounds"
     dropped: list[int] = field(default_factory=list)  # rounds whose sample did not count
     slowest: list[int] = field(default_factory=list)  # samples ranked as the slowest
+    late: list[int] = field(default_factory=list)  # ... of them, those over the outside limit
 
     def ranked(self) -> list[float]:
         """The samples the phase's figures come from: those in ``slowest`` count as the
-        slowest of all (the GPU was busy after them: what they report cannot be vouched
-        for, and can only move the median up, by a rank each)."""
+        slowest of all (the GPU was busy after them, or the referee saw far more than they
+        report: what they report cannot be vouched for, and can only move the median up, by
+        a rank each)."""
         if not self.slowest:
             return self.samples
         top = max(self.samples)

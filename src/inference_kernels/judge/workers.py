@@ -208,6 +208,10 @@ class WorkerHandle:
     init: dict[str, Any] = field(default_factory=dict)  # what it is told first (initialize)
     claim: BuildClaim | None = None  # a compiled solution's build, until it has loaded
 
+    def __post_init__(self) -> None:
+        if self.channel is not None:  # (tests make handles without one)
+            self.channel.compact = True  # it reads a worker's messages (channel.MAX_WHITESPACE)
+
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> WorkerHandle:
         """Start a worker (``spawn``'s arguments) and wait until it has loaded its solution
@@ -373,7 +377,7 @@ class WorkerHandle:
             self.channel.send(message, fds, timeout=seconds)
             answer, received = self.channel.recv(time.monotonic() + seconds)
             parsed = protocol.parse(answer, *expected)
-            if isinstance(parsed, (protocol.Checked, protocol.Sample)):
+            if isinstance(parsed, (protocol.Checked, protocol.Sample, protocol.Ready)):
                 self.inbox.announce([b.model_dump() for b in parsed.buffers], received)
         except ChannelTimeout:
             self.stop()
