@@ -86,6 +86,7 @@ PROBE_RETAKES = 2
 # Honest samples met it in the H200 audit at 962fd84 almost only as the first sample of the
 # rounds, when the worker exported a graph's outputs (15 us a call); a graph's Ready now
 # names them.
+
 # On a GPU, a sample of the rounds is sent at least this long after the one before it ended
 # as the referee saw it (the first: after the steady load). The device idles in between
 # while the referee compares, probes and reads the clocks, and a power-capped kernel's time
