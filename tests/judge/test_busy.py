@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from inference_kernels.judge.busy import Busy, products
-from inference_kernels.judge.referee import STEADY_MIN_SECONDS, STEADY_SECONDS
+from inference_kernels.judge.referee import RESTED_SECONDS, STEADY_MIN_SECONDS, STEADY_SECONDS
 
 
 class Recorded:
@@ -173,7 +173,7 @@ def test_the_load_comes_back_after_the_first_call_and_stops_before_the_samples(t
 
 def test_a_sizing_sample_runs_alone_and_only_a_real_rest_starts_the_count_of_load_again(tmp_path):
     # The referee's _alone around a sample that sizes the schedule: the load stops for it
-    # and comes back after. A sample shorter than STEADY_MIN_SECONDS neither resets the load
+    # and comes back after. A sample shorter than RESTED_SECONDS neither resets the load
     # counted since the first call's rest nor adds to it; a longer one is a rest of its own.
     from inference_kernels.judge import referee as referee_module
 
@@ -194,25 +194,25 @@ def test_a_sizing_sample_runs_alone_and_only_a_real_rest_starts_the_count_of_loa
     referee.rested_since = time.monotonic()  # the next case: a short first call
     referee._load_again(first=True)
     with referee._alone():
-        time.sleep(STEADY_MIN_SECONDS + 0.05)  # a long sizing sample: a rest
+        time.sleep(RESTED_SECONDS + 0.05)  # a long sizing sample: a rest
     time.sleep(0.05)
     rested, loaded = referee._rest()
-    assert rested == pytest.approx(STEADY_MIN_SECONDS + 0.05, abs=0.04)
+    assert rested == pytest.approx(RESTED_SECONDS + 0.05, abs=0.04)
     assert loaded == pytest.approx(0.05, abs=0.04)
     assert referee_module.steady_seconds(rested, loaded) == pytest.approx(STEADY_SECONDS - loaded)
 
 
 def test_rests_each_just_under_the_minimum_add_up_to_a_rest(tmp_path):
     # The attack: a solution keeps its first call and each sizing sample alone just under
-    # STEADY_MIN_SECONDS, and its setups short, so that the device mostly rests through the
-    # case while no single rest counts. The rests add up: once they reach STEADY_MIN_SECONDS
+    # RESTED_SECONDS, and its setups short, so that the device mostly rests through the
+    # case while no single rest counts. The rests add up: once they reach RESTED_SECONDS
     # they are a rest, and the timed rounds follow what STEADY_SECONDS lack of load since.
     from inference_kernels.judge import referee as referee_module
 
     options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
     referee = referee_module.Referee("cpu", options)
     referee.busy = Busy(Recorded())
-    just_under = STEADY_MIN_SECONDS * 0.9
+    just_under = RESTED_SECONDS * 0.9
     referee.rested_since = time.monotonic() - just_under  # the first call, alone
     referee._load_again(first=True)
     for _ in range(3):  # the calibration's and two methods' sizing samples
@@ -221,6 +221,6 @@ def test_rests_each_just_under_the_minimum_add_up_to_a_rest(tmp_path):
             time.sleep(just_under)
     time.sleep(0.005)
     rested, loaded = referee._rest()
-    assert rested >= STEADY_MIN_SECONDS
+    assert rested >= RESTED_SECONDS
     assert loaded < 0.04  # only the load since the rests added up
     assert referee_module.steady_seconds(rested, loaded) > STEADY_SECONDS - 0.04

@@ -214,24 +214,23 @@ class Sampler:
         return not after_busy, True
 
     def calibrate(self) -> float:
-        """Seconds per call over two untimed eager samples of ``plan.warmup`` calls: the
-        larger of the two (so that a solution fast only on inputs it has seen before, the
-        second sample's sets being the first's, does not get thousands of calls), each the
-        smaller of the worker's time and the referee's time per call (a worker that claims
-        slow warmups to be given short samples is sized by what the referee saw). The
-        second is skipped when the first took over a second."""
+        """Seconds per call over one untimed eager sample of ``plan.warmup`` calls, on sets
+        the solution has not seen (the case's first call ran on buffers of its own, so a
+        solution fast only on inputs it has seen before is sized by its slow calls rather
+        than given thousands): the smaller of the worker's time and the referee's time per
+        call (a worker that claims slow warmups to be given short samples is sized by what
+        the referee saw). Until the nineteenth session a second sample on the same sets
+        followed and the larger was kept: such a second sample can only be faster for that
+        solution, and for the others it cost a round trip, the sets' refresh and compare
+        and the calls themselves, alone on the device (0.1 s a case of GDN prefill). What
+        the plan's calls are too few for, ``_size`` raises from a warm sample."""
         calls = self.plan.warmup
         setup = {"op": "method", "method": "eager", "calls": calls, "warmup": 0}
         self.worker.ask(setup, [], protocol.Ready)
-        per_call = 0.0
         with self.alone():
-            for _ in range(2):
-                windows = [self.fresh.offsets() for _ in range(calls)]
-                _, reply, seen = self.go("eager", -1, windows)
-                per_call = max(per_call, min(reply.us * 1e-6, seen / calls))
-                if per_call * calls > 1.0:
-                    break
-        return per_call
+            windows = [self.fresh.offsets() for _ in range(calls)]
+            _, reply, seen = self.go("eager", -1, windows)
+        return min(reply.us * 1e-6, seen / calls)
 
     def _setup(
         self, method: str, iters: int, launch: str | None, extend: bool = False
