@@ -34,7 +34,7 @@ from ..materialize.references import (
     rejected_rows,
     run_reference,
 )
-from . import clocks, protocol, timing
+from . import clocks, collector, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
 from .loader import SolutionLoadError, compiled
@@ -410,7 +410,8 @@ class Referee:
         try:
             with self.watch.span("worker"):
                 worker = self._worker(solution)
-            self._case(worker, verdict)
+            with collector.paused():  # no collection in a case's timing or set-up paths
+                self._case(worker, verdict)
         except CaseEnded as ended:
             verdict.update(status=ended.status, error=ended.error)
         finally:
@@ -715,6 +716,7 @@ def main(device: str, requests, replies, options: dict[str, Any], log: str) -> N
     """Serve the lane's requests (prepare, judge, exit) in order."""
     redirect_output(Path(log))
     referee = Referee(device, options)
+    collector.freeze()  # torch, the judge's modules (collector.py)
     replies.put({"op": "hello"})
     while True:
         request = requests.get()

@@ -246,7 +246,13 @@ class Sampler:
         with self.watch.span("setup"):
             # only a graph may be unavailable (one that cannot be captured)
             kinds = [protocol.Ready] + ([protocol.Unavailable] if method == "graph" else [])
+            sent = time.perf_counter()
             ready = self.worker.ask(setup, [], *kinds)
+        if os.environ.get("INFERENCE_KERNELS_TRACE"):  # beside the worker's: where setups go
+            print(
+                f"trace method {method} {iters} sent {sent:.6f} arrived "
+                f"{self.worker.channel.arrived:.6f} parsed {time.perf_counter():.6f}"
+            )
         if ready.method != method:
             raise CaseEnded(statuses.PROTOCOL_VIOLATION, "the worker set up another method")
         self._set_up_on.pop(method, None)

@@ -13,7 +13,6 @@ Run as ``python -m inference_kernels.judge.worker --fd N [--sandboxed]``.
 from __future__ import annotations
 
 import argparse
-import gc
 import mmap
 import os
 import sys
@@ -27,7 +26,7 @@ import torch
 from .. import cpu_math, schema, statuses
 from ..dataset.shapes import declared_shape
 from ..dtypes import torch_dtype
-from . import cuda_ipc
+from . import collector, cuda_ipc
 from . import timing as timer  # binds the clocks before any solution is imported
 from .channel import Channel, ChannelClosed
 from .guards import aliased_inputs, as_list, is_plain_tensor
@@ -238,6 +237,7 @@ class Worker:
                 return {"op": "unavailable", "method": method, "error": _one_line(error)}
             self.graph = self.graph if first else timer.Graphs()
             self.graph.add(captured, outputs)
+            self.timed_at = time.perf_counter()  # (the trace's: when the capture ended)
             if self.device.type == "cuda":  # its outputs stay where they are: named once, here
                 return {"op": "ready", "method": method, "outputs": self._graph_refs()}
         return {"op": "ready", "method": method}
@@ -353,18 +353,18 @@ class Worker:
                     self.map_sets(message, fds)
                     reply = {"op": "mapped"}
                 elif op == "method":
-                    reply = self.method(message)
+                    # (nor while a graph is captured and its outputs named: thousands of
+                    # objects at once, collector.py)
+                    with collector.paused():
+                        reply = self.method(message)
                 elif op == "kernels":
                     reply = self.kernels(message)
                 elif op == "go":
                     # No cyclic collection while a sample runs and its outputs are named:
                     # a pause there is no part of the solution's time, yet the referee,
                     # timing from outside, would see it.
-                    gc.disable()
-                    try:
+                    with collector.paused():
                         reply = self.go(message)
-                    finally:
-                        gc.enable()
                 else:
                     reply = self.end()
             except CallFailed as failure:
@@ -399,6 +399,7 @@ def main() -> None:
         worker.loaded = load_package(
             worker.solution, worker.definition, Path(init["package"]), build
         )
+        collector.freeze()  # torch, the solution's modules: out of every later collection
         channel.send({"op": "loaded", "ok": True, "prepare": worker.loaded.prepare is not None})
     except SolutionLoadError as error:
         failed = {"op": "loaded", "ok": False, "error": str(error)[:3000], "status": error.status}
