@@ -4,9 +4,11 @@ full collection of the referee's heap fell in the decoding of a 4,000-call graph
 sample wherever it fell there."""
 
 import gc
+import weakref
 from pathlib import Path
 
 import pytest
+import torch
 
 from inference_kernels import schema
 from inference_kernels.judge import collector
@@ -63,12 +65,24 @@ def test_the_referee_judges_a_case_with_the_collector_paused_and_resumes_it_afte
         def end_case(self, watch):
             seen.append(("end", gc.isenabled()))
 
+    class Cycle:  # what a case may leave: objects that refer to each other, and memory
+        def __init__(self):
+            self.me, self.memory = self, torch.zeros(1 << 20)
+
+    left = []
+
+    def case(worker, verdict):
+        seen.append(("case", gc.isenabled()))
+        left.append(weakref.ref(Cycle()))  # unreachable at once, freed only by a collection
+        assert left[0]() is not None  # (no collection in the case)
+
     referee.current = object()  # a prepared workload (the case below does not read it)
     referee._worker = lambda solution: Worker()
-    referee._case = lambda worker, verdict: seen.append(("case", gc.isenabled()))
+    referee._case = case
     path = next((ROOT / "dataset/solutions").rglob("*.json"))
     solution = schema.Solution.model_validate_json(path.read_text())
     verdict = referee.judge({"solution": solution.model_dump_json()})
     assert verdict["status"] == "passed"
     assert seen == [("case", False), ("end", True)]
     assert gc.isenabled()
+    assert left[0]() is None  # collected before the next case

@@ -1,9 +1,10 @@
 """Python's cyclic garbage collector kept out of the judge's timed and set-up paths.
 
-A referee holds torch's heap (about 290,000 objects with the dataset loaded), and a full
-collection walks all of it: on the CI machine, decoding and validating a message that
-names a 4,000-call graph's outputs took 18-23 ms, and 105-176 ms in every other try where
-a full collection fell in it (a worker's ``ready``, nineteenth session). On the H200 the
+A referee holds torch's heap (about 280,000 objects with the dataset loaded), and a full
+collection walks all of it: on the CI machine, decoding and validating a worker's
+``ready`` that names a 4,000-call graph's outputs took 18-48 ms, and 126-230 ms in half
+the tries, where a full collection (105-189 ms) fell in it; 16-34 ms with the collector
+frozen and paused (``benchmarks/collector_pause.py``, nineteenth session). On the H200 the
 setup of such graphs grew 0.18 s a case when their outputs came to be named there.
 Where a collection falls is not the solution's doing, yet the referee's time of a sample
 includes it, and so does the rest of the device between samples.
@@ -12,7 +13,9 @@ So each process freezes what it has made before its first case (``freeze``: the 
 torch, a worker's solution; a full collection then walks only what came after), and the
 referee judges each case, the worker sets up and runs each sample, with the collector
 paused (``paused``); collections resume between cases, while the referee's background
-load runs. A case's cyclic garbage waits until then.
+load runs. A case's cyclic garbage waits until then: the referee collects what the case
+left (``young``: nothing of it was collected, so all of it is in the youngest generation)
+before the next case, so that no cycle keeps a case's device memory from the next one.
 """
 
 from __future__ import annotations
@@ -38,3 +41,9 @@ def paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def young() -> None:
+    """Collect the two younger generations: what was made since the last collection (a
+    paused case's objects), not the heap that survived before it."""
+    gc.collect(1)

@@ -418,6 +418,8 @@ class Referee:
             if worker is not None:
                 with self.watch.span("end"):  # the worker lets go of the case, then is frozen
                     worker.end_case(self.watch)
+            with self.watch.span("end"):  # the case's cycles, and the memory they hold
+                collector.young()
             if self.profiled and solution.name in self.workers:
                 # The profiler may stay attached to the process (CUPTI is not always torn
                 # down): no later sample is timed in it.
