@@ -224,3 +224,25 @@ def test_rests_each_just_under_the_minimum_add_up_to_a_rest(tmp_path):
     assert rested >= RESTED_SECONDS
     assert loaded < 0.04  # only the load since the rests added up
     assert referee_module.steady_seconds(rested, loaded) > STEADY_SECONDS - 0.04
+
+
+def test_a_rest_put_in_one_block_before_the_rounds_gets_as_long_a_load(tmp_path):
+    # The attack (a review of b6e1d3b): a solution keeps its first call and the calibration
+    # short and rests the device in its last sizing sample, just under RESTED_SECONDS, right
+    # before the rounds: one rest that does not count, and no load after it but the steady
+    # one. That load is as long as the rests added up to, not STEADY_MIN_SECONDS.
+    from inference_kernels.judge import referee as referee_module
+
+    options = {"folder": str(tmp_path), "cache": str(tmp_path), "validation_only": False}
+    referee = referee_module.Referee("cpu", options)
+    referee.busy = Busy(Recorded())
+    referee.rested_since = time.monotonic() - 0.001  # a first call of 1 ms
+    referee._load_again(first=True)
+    with referee._alone():
+        time.sleep(0.001)  # the calibration
+    with referee._alone():
+        time.sleep(RESTED_SECONDS * 0.9)  # the graph's sizing sample, resting the device
+    rested, loaded = referee._rest()
+    assert rested == pytest.approx(RESTED_SECONDS * 0.9 + 0.002, abs=0.01)
+    load = referee_module.steady_seconds(rested, loaded)
+    assert load >= RESTED_SECONDS * 0.9 > STEADY_MIN_SECONDS

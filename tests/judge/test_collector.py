@@ -83,6 +83,6 @@ def test_the_referee_judges_a_case_with_the_collector_paused_and_resumes_it_afte
     solution = schema.Solution.model_validate_json(path.read_text())
     verdict = referee.judge({"solution": solution.model_dump_json()})
     assert verdict["status"] == "passed"
-    assert seen == [("case", False), ("end", True)]
+    assert seen == [("case", False), ("end", False)]  # the worker let go within the pause
     assert gc.isenabled()
     assert left[0]() is None  # collected before the next case

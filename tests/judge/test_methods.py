@@ -84,8 +84,8 @@ def test_unknown_methods_are_refused():
         (None, 0.0, 0.3),
         (0.01, 0.0, 0.05),
         (0.049, 0.0, 0.05),
-        (0.06, 0.0, 0.05),  # the alone parts of most cases (calibration, sizing samples)
-        (0.099, 0.0, 0.05),
+        (0.06, 0.0, 0.06),  # the alone parts of most cases: as long a load
+        (0.099, 0.04, 0.099),  # (the background load between them does not count)
         (0.1, 0.0, 0.3),
         (1.0, 0.0, 0.3),
         (30.0, 0.0, 0.3),

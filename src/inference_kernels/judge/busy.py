@@ -10,8 +10,9 @@ stops the load for the case's first call, which the solution runs alone (it may 
 itself there); the load comes back once that call is done, while the referee checks its
 outputs and the methods are set up (graph captures, warmups), and stops for the samples
 that size the schedule, which the solution runs alone too. Right before the timed rounds
-it stops for good, and a short steady load follows (0.05 s when the device rested less
-than 0.1 s, else what 0.3 s lack after the load since the rest: referee.steady_seconds). The device
+it stops for good, and a short steady load follows (as long as the device rested, at
+least 0.05 s, when that is less than 0.1 s; else what 0.3 s lack after the load since the
+rest: referee.steady_seconds). The device
 hardly rests, which is the state the sustained regime names (a busy server); nothing of
 the solution is timed beside the load, and nothing of the solution runs between the
 steady load and its timed samples.

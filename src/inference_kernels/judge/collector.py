@@ -10,12 +10,16 @@ Where a collection falls is not the solution's doing, yet the referee's time of 
 includes it, and so does the rest of the device between samples.
 
 So each process freezes what it has made before its first case (``freeze``: the imports,
-torch, a worker's solution; a full collection then walks only what came after), and the
-referee judges each case, the worker sets up and runs each sample, with the collector
-paused (``paused``); collections resume between cases, while the referee's background
-load runs. A case's cyclic garbage waits until then: the referee collects what the case
-left (``young``: nothing of it was collected, so all of it is in the youngest generation)
-before the next case, so that no cycle keeps a case's device memory from the next one.
+torch, a worker's solution; a full collection then walks only what came after), the
+referee judges each case with the collector paused (``paused``), and a worker sets up each
+method and runs each sample paused, its reply sent before the collection due. Once a case
+is over, its exception (if it ended one) dropped, the referee collects what it left
+(``young``: made while nothing was collected, it is in the younger generations) before the
+collector resumes and the background load comes back, so that no cycle keeps a case's
+device memory from the next one.
+
+Frozen objects are out of ``gc.get_objects()`` too: nothing to rely on against a solution,
+which finds its worker on the stack that calls it (the attacks in ``tests/`` do).
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ def freeze() -> None:
 def paused() -> Iterator[None]:
     """No automatic collection in the block; the collector's state before it after."""
     was = gc.isenabled()
-    gc.disable()
     try:
+        gc.disable()
         yield
     finally:
         if was:
@@ -44,6 +48,6 @@ def paused() -> Iterator[None]:
 
 
 def young() -> None:
-    """Collect the two younger generations: what was made since the last collection (a
+    """Collect the two younger generations: what was made since the last collections (a
     paused case's objects), not the heap that survived before it."""
     gc.collect(1)

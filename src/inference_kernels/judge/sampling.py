@@ -223,7 +223,8 @@ class Sampler:
         followed and the larger was kept: such a second sample can only be faster for that
         solution, and for the others it cost a round trip, the sets' refresh and compare
         and the calls themselves, alone on the device (0.1 s a case of GDN prefill). What
-        the plan's calls are too few for, ``_size`` raises from a warm sample."""
+        the plan's calls are too few for, ``_size`` raises from a warm sample (on a GPU,
+        without ``--cold-l2``)."""
         calls = self.plan.warmup
         setup = {"op": "method", "method": "eager", "calls": calls, "warmup": 0}
         self.worker.ask(setup, [], protocol.Ready)

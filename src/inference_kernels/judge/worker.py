@@ -13,6 +13,7 @@ Run as ``python -m inference_kernels.judge.worker --fd N [--sandboxed]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import mmap
 import os
 import sys
@@ -346,32 +347,15 @@ class Worker:
             op = message["op"]
             if op == "exit":
                 return
-            try:
-                if op == "case":
-                    reply = self.case(message, fds)
-                elif op == "sets":
-                    self.map_sets(message, fds)
-                    reply = {"op": "mapped"}
-                elif op == "method":
-                    # (nor while a graph is captured and its outputs named: thousands of
-                    # objects at once, collector.py)
-                    with collector.paused():
-                        reply = self.method(message)
-                elif op == "kernels":
-                    reply = self.kernels(message)
-                elif op == "go":
-                    # No cyclic collection while a sample runs and its outputs are named:
-                    # a pause there is no part of the solution's time, yet the referee,
-                    # timing from outside, would see it.
-                    with collector.paused():
-                        reply = self.go(message)
-                else:
-                    reply = self.end()
-            except CallFailed as failure:
-                self.outbox.sent()
-                reply = {"op": "failed", "status": failure.status, "error": failure.error}
-            built = time.perf_counter()
-            self.send(reply)
+            # No cyclic collection while a graph is captured, a sample runs, and either's
+            # outputs are named and sent (thousands of objects at once, collector.py): a
+            # pause there is no part of the solution's time, yet the referee, timing from
+            # outside, would see it. The collection due runs after the reply has gone.
+            pause = collector.paused() if op in ("method", "go") else contextlib.nullcontext()
+            with pause:
+                reply = self._answer(op, message, fds)
+                built = time.perf_counter()
+                self.send(reply)
             if trace:  # INFERENCE_KERNELS_TRACE: when each message came and went, in the log
                 print(
                     f"trace {op} {message.get('index', '')} received {received:.6f} "
@@ -379,6 +363,26 @@ class Worker:
                     f"timed {self.timed_at:.6f}",
                     flush=True,
                 )
+
+    def _answer(self, op: str, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """The reply to one message of the referee's (a failure of the solution's own, as
+        a message, when it fails)."""
+        try:
+            if op == "case":
+                return self.case(message, fds)
+            if op == "sets":
+                self.map_sets(message, fds)
+                return {"op": "mapped"}
+            if op == "method":
+                return self.method(message)
+            if op == "kernels":
+                return self.kernels(message)
+            if op == "go":
+                return self.go(message)
+            return self.end()
+        except CallFailed as failure:
+            self.outbox.sent()
+            return {"op": "failed", "status": failure.status, "error": failure.error}
 
 
 def main() -> None:
