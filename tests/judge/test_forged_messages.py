@@ -26,25 +26,14 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 
 SEND = """import pickle
 import struct
-import sys
 
 import torch
 
-from .honest import decode
-
-
-def _worker():
-    frame = sys._getframe(1)  # (gc.get_objects() does not list what the worker froze)
-    while frame is not None:
-        for value in frame.f_locals.values():
-            if type(value).__name__ == "Worker":
-                return value
-        frame = frame.f_back
-    raise LookupError("no Worker on the stack")
+from .honest import decode, find_worker
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
-    channel = _worker().channel
+    channel = find_worker().channel
     FORGE
     out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
     return torch.zeros_like(out), torch.zeros_like(new_state)

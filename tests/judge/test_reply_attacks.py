@@ -237,25 +237,14 @@ def test_an_integer_of_5000_digits_in_a_reply_is_a_protocol_violation(tmp_path):
 
 
 BIGINT = """import struct
-import sys
 
 import torch
 
-from .honest import decode
-
-
-def _worker():
-    frame = sys._getframe(1)  # (gc.get_objects() does not list what the worker froze)
-    while frame is not None:
-        for value in frame.f_locals.values():
-            if type(value).__name__ == "Worker":
-                return value
-        frame = frame.f_back
-    raise LookupError("no Worker on the stack")
+from .honest import decode, find_worker
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale):
-    channel = _worker().channel
+    channel = find_worker().channel
     body = b'{"op":"checked","seconds":' + b"1" * 5000 + b'}'
     channel.sock.sendall(struct.pack("<II", len(body), 0) + body)
     out, new_state = decode(q, k, v, state, A_log, a, dt_bias, b, scale)
