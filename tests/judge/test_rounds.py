@@ -476,3 +476,21 @@ def test_a_solution_that_rests_the_device_before_its_clock_in_a_few_samples_gain
     honest = [1000.0 + index for index in range(entry["rounds"]) if index not in rested]
     assert entry["median_us"] >= statistics.median(honest)
     assert entry["outside"]["samples_us"][1] > 9.9 * 900.0  # the raw figures stay in the row
+
+
+def test_on_a_gpu_a_short_sample_seen_a_few_ms_late_is_a_spike_not_a_rest(monkeypatch):
+    """Samples of 4 ms (few input sets fit): the outside limit is then 6.6 ms, and the
+    referee's view of honest samples has spikes of a few ms. One seen at 8.8 ms (4.8 ms
+    beyond the worker's time) is not late: a rest that short buys nothing that counts. One
+    seen at 16 ms (a rest of 12 ms before the worker's clock) is, and ranks slowest."""
+    worker = ScriptedWorker(
+        lambda method, index: 1000.0 if index != 4 else 950.0,
+        seen=lambda method, index: {2: 2.2, 4: 4.0}.get(index, 1.1),
+    )
+    made = sampler(worker)
+    made.device = torch.device("cuda")
+    monkeypatch.setattr(made, "_probe", lambda: 0.0)
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert entry["calls_per_sample"] == 4
+    assert entry["late"] == entry["ranked_slowest"] == [4]
+    assert made.suspect == []
