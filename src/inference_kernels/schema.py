@@ -329,8 +329,9 @@ class PhaseTiming(_Row):
     # (judge/sampling.py PROBE_RETAKES)
     not_counted: list[int] | None = None
     ranked_slowest: list[int] | None = None
-    # samples (positions) whose referee time was over the outside check's limit, ranked
-    # slowest too (judge/sampling.py, late samples)
+    # samples (positions) whose referee time was over the outside check's limit (on a GPU
+    # by over 5 ms beyond the worker's time), ranked slowest too (judge/sampling.py, late
+    # samples)
     late: list[int] | None = None
 
 

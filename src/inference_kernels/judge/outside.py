@@ -45,6 +45,10 @@ COPY_SECONDS_PER_BYTE = {"cuda": 0.0, "cpu": 1 / 5e9}
 # referee saw, by more than IMPOSSIBLE_RATIO and IMPOSSIBLE_SLACK, reports a time it did not
 # spend (the early-header attack made the referee's time nil while the calls ran).
 IMPOSSIBLE_RATIO, IMPOSSIBLE_SLACK = 0.02, 100e-6
+# One sample over the limit is late (sampling.py) only where the referee also saw more than
+# this beyond the worker's time: on a GPU shorter excesses are the referee's own spikes
+# (2-6 ms in 0.5-5% of honest samples, H200 audit at b6e1d3b).
+LATE_FLOOR = {"cuda": 0.005, "cpu": 0.0}  # seconds
 # A sample is suspect when the host, waiting for the whole device, saw this much more
 # than the events (work on a stream the events do not cover).
 HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
@@ -99,6 +103,13 @@ def over(seen: float, us: float, iters: int, kind: str, per_call: float) -> floa
     """Seconds by which the referee's time of one sample (``seen``) exceeds what the
     worker's ``us`` per call explains (over the limit where positive)."""
     return seen - (1 + TOLERANCE[kind]) * us * 1e-6 * iters - ALLOWANCE[kind] - per_call * iters
+
+
+def late(seen: float, us: float, iters: int, kind: str, per_call: float) -> bool:
+    """Whether one sample took the referee far longer than the worker's time explains:
+    over the limit (``over``) and by more than LATE_FLOOR beyond the worker's time."""
+    beyond = seen - us * 1e-6 * iters
+    return over(seen, us, iters, kind, per_call) > 0 and beyond > LATE_FLOOR[kind]
 
 
 def allowed_per_call(method: str, kind: str, outputs: int, output_bytes: int) -> float:

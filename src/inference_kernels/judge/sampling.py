@@ -89,11 +89,10 @@ PROBE_RETAKES = 2
 # sample is short (the QSA sparse decode's 4-16 ms: few of its input sets fit, and the
 # limit is then 2.6-4.4 ms) and the referee's view had one of its spikes of 2-6 ms (0.5-5%
 # of samples in every definition). On a GPU a sample is late only when the referee also
-# saw more than LATE_FLOOR beyond the worker's time: a rest that short on top of the gap
-# buys a power-capped GEMM about 0.1% (525.2 us after 20 ms of rest, 524.5 after 25,
-# benchmarks/sample_gaps.py), and 18 of those 25 honest samples were under it
+# saw more than outside.LATE_FLOOR beyond the worker's time: a rest that short on top of
+# the gap buys a power-capped GEMM about 0.1% (525.2 us after 20 ms of rest, 524.5 after
+# 25, benchmarks/sample_gaps.py), and 18 of those 25 honest samples were under it
 # (docs/measurements/case-breakdown.md, nineteenth session).
-LATE_FLOOR = {"cuda": 0.005, "cpu": 0.0}  # seconds
 
 # On a GPU, a sample of the rounds is sent at least this long after the one before it ended
 # as the referee saw it (the first: after the steady load). The device idles in between
@@ -422,10 +421,7 @@ class Sampler:
         per_call = outside.allowed_per_call(
             method, self.kind, len(self.worker.names), self.output_bytes
         )
-        beyond = seconds - reply.us * 1e-6 * phase.iters  # what the worker's time leaves
-        if outside.over(seconds, reply.us, phase.iters, self.kind, per_call) > 0 and (
-            beyond > LATE_FLOOR[self.kind]
-        ):
+        if outside.late(seconds, reply.us, phase.iters, self.kind, per_call):
             phase.late.append(len(phase.samples))  # (late samples, above)
             slowest = True
         if slowest:
