@@ -327,7 +327,23 @@ class Worker:
                 pass
         self._case_reset()
         self.outbox.reset()
+        self._give_back_memory()
         return {"op": "ended"}
+
+    def _give_back_memory(self) -> None:
+        """The case's device memory back to the driver, its graphs' pools first. torch keeps
+        what a process freed for its own later use, and a graph's pool, once the graph is
+        gone, serves no other: each capture takes new memory. While a graph is captured
+        torch may not give cached memory back, so a capture ran out of memory where the
+        device was full of this worker's old pools (13 of the 1,129 cases of the H200
+        audit at b6e1d3b/e83ee6e lost their graph to it; one worker's out-of-memory
+        message counted 114 GiB of free blocks in graph pools), and the referee, sizing a
+        case by the device's free memory, gave samples fewer calls case after case
+        (docs/measurements/case-breakdown.md, twentieth session). Everything of the case
+        is unreachable here (the referee closed its mappings of the outputs before it
+        asked the worker to end)."""
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ the loop
 
