@@ -5,7 +5,10 @@
 Prints the seconds summed over all cases per step (referee, inputs, reference, worker,
 call, device_load, sizing, setup, refresh, samples, compare, checks, other) with their
 share, and with --by-definition the same per definition. Rows written before the
-breakdown existed are counted apart.
+breakdown existed are counted apart. Then what an audit must not pass over: the timing
+methods a passed case could not time (a graph that could not be captured: its row passes
+with the method's error, and a summary's geometric mean mixes that case's other times in),
+and the late samples (``late`` in a phase).
 """
 
 from __future__ import annotations
@@ -57,11 +60,20 @@ def main() -> None:
     by_definition: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counted: dict[str, int] = defaultdict(int)
     cases = without = 0
+    untimed: dict[str, list[str]] = defaultdict(list)  # method -> its errors
+    late = late_rows = 0
     for path in options.results:
         for line in path.read_text().splitlines():
             row = json.loads(line)
             if row.get("type") != "case":
                 continue
+            for method, entry in (row.get("timing") or {}).items():
+                if isinstance(entry, dict) and "error" in entry and row.get("status") == "passed":
+                    untimed[method].append(
+                        f"{row['definition']} {row.get('axes')}: {entry['error']}"
+                    )
+                elif isinstance(entry, dict) and entry.get("late"):
+                    late, late_rows = late + len(entry["late"]), late_rows + 1
             if not row.get("breakdown"):
                 without += 1
                 continue
@@ -72,6 +84,10 @@ def main() -> None:
                 by_definition[row["definition"]][step] += seconds
     print(f"{cases} cases with a breakdown" + (f", {without} without" if without else ""))
     print(table(totals, cases))
+    print(f"late samples: {late} in {late_rows} phases")
+    for method, errors in sorted(untimed.items()):
+        first = errors[0][:200]
+        print(f"passed cases whose {method} could not be timed: {len(errors)}, the first: {first}")
     if options.by_definition:
         for name in sorted(by_definition, key=lambda n: -sum(by_definition[n].values())):
             print(f"\n{name} ({counted[name]} cases)")

@@ -48,4 +48,4 @@ timeout "$left" python3 -m inference_kernels.cli run --device cuda --suite all -
   "${only[@]}" "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
 echo "audit part rc=$? seconds=$(( $(date +%s) - began ))"
 [[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
-python3 scripts/case_breakdown.py "$REPORT" | tail -17
+python3 scripts/case_breakdown.py "$REPORT"
