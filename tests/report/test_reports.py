@@ -291,3 +291,24 @@ def test_times_of_the_cpu_stand_in_graph_are_indicative():
 
     assert indicative("cpu-graph-stand-in") and indicative("cpu-wall-clock")
     assert not indicative("cuda-graph") and not indicative("cuda-events, cold L2")
+
+
+def test_no_solution_gains_from_a_graph_the_other_lost():
+    # the baseline's graph could not be captured on w2 (the judge out of memory, or a
+    # candidate holding device memory while it ran): its eager time there is no pair
+    base = [case("base", "w1", graph=10.0), case("base", "w2", eager=80.0)]
+    fast = [case("fast", "w1", graph=9.0), case("fast", "w2", graph=10.0)]
+    (entry,) = comparison(base + fast, None, {"d": "base"})
+    assert (entry["pairs"], entry["lesser"]) == (1, 1)
+    assert entry["speedup"] == pytest.approx(10 / 9)  # not (10/9 * 8) ** 0.5
+    assert entry["verdict"] == "not comparable: the other side lost a method"
+    picked = preferred(base + fast, {"d": "base"})
+    assert picked["definitions"] == [] and "lost a method" in picked["undecided"][0]["reason"]
+    table = {e["solution"]: e for e in solution_table(base + fast, {"d": "base"})}
+    assert table["fast"]["speedup"] == pytest.approx(10 / 9)
+    # a solution whose own graph was lost is held to the other's graph: its own loss
+    slow = [case("slow", "w1", graph=20.0), case("slow", "w2", eager=40.0)]
+    (entry,) = comparison(base + slow, None, {"d": "base"})
+    assert (entry["pairs"], entry["lesser"]) == (2, 0)  # w2: eager against eager
+    (entry,) = comparison([case("base", "w2", graph=20.0)] + slow, None, {"d": "base"})
+    assert entry["speedup"] == pytest.approx(0.5) and entry["verdict"] != "faster"

@@ -103,6 +103,12 @@ def case_time(row: dict[str, Any]) -> tuple[float, str] | None:
     return (timing["median_us"], timing.get("method", timing["phase"])) if timing else None
 
 
+def case_phase(row: dict[str, Any]) -> str | None:
+    """The method (of TIME_PREFERENCE) whose time stands for a passed case."""
+    timing = _phase(row)
+    return timing["phase"] if timing else None
+
+
 def case_samples(row: dict[str, Any]) -> list[float]:
     """The samples behind ``case_time`` (empty for a row without them)."""
     timing = _phase(row)
