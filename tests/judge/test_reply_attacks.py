@@ -95,7 +95,7 @@ def test_a_padded_reply_ends_the_case_before_it_can_rest_the_device(tmp_path, pa
     thread.start()
     try:
         made = sampling.Sampler(
-            worker, Sets(), SimpleNamespace(offsets=lambda: {}), CPU, Plan(1, 4, 7)
+            worker, Sets(), SimpleNamespace(draw=lambda count: [{}] * count), CPU, Plan(1, 4, 7)
         )
         made.fit, made.shapes = 4, [torch.zeros(1)]
         made.gap = sampling.SAMPLE_GAP_SECONDS  # as on a GPU
@@ -146,7 +146,7 @@ def test_a_sample_is_timed_to_its_whole_reply_not_to_a_header_sent_early(tmp_pat
     thread.start()
     try:
         made = sampling.Sampler(
-            worker, Sets(), SimpleNamespace(offsets=lambda: {}), CPU, Plan(1, 1, 1)
+            worker, Sets(), SimpleNamespace(draw=lambda count: [{}] * count), CPU, Plan(1, 1, 1)
         )
         worker.names = []
         _, reply, seen = made.go("eager", 0, [{}])

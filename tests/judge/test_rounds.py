@@ -67,7 +67,7 @@ class Sets:
 
 
 def sampler(worker, trials=7):
-    fresh = SimpleNamespace(offsets=lambda: {})
+    fresh = SimpleNamespace(draw=lambda count: [{}] * count)
     made = Sampler(worker, Sets(), fresh, torch.device("cpu"), Plan(1, 4, trials))
     made.fit = 4  # calls per sample stay 4: 4 x 5 ms is long enough for the outside check
     return made

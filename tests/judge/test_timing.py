@@ -31,7 +31,7 @@ def test_fresh_windows_stay_in_range_differ_everywhere_and_keep_integers():
     ids = torch.arange(10)
     fresh = Fresh([x, ids, 0.5])
     assert set(fresh.pools) == {0}  # only the floating input gets a pool
-    first, second = fresh.offsets(), fresh.offsets()
+    first, second = fresh.draw(2)
     a, b = fresh.inputs(first), fresh.inputs(second)
     assert a[1] is ids and a[2] == 0.5
     assert a[0].shape == x.shape and a[0].dtype == torch.bfloat16
@@ -40,6 +40,21 @@ def test_fresh_windows_stay_in_range_differ_everywhere_and_keep_integers():
         assert (a[0] != b[0]).float().mean() > 0.9
     assert (a[0] != x).float().mean() > 0.9  # nothing like the pristine values
     assert torch.equal(fresh.inputs(first)[0], a[0])  # a window is what its offsets say
+
+
+def test_windows_are_drawn_over_every_offset_alike():
+    fresh = Fresh([torch.randn(64), torch.arange(3), torch.randn(40000)])
+    assert fresh.spans == {0: 4096, 2: 10000}
+    windows = fresh.draw(20000)
+    assert len(windows) == 20000 and all(set(w) == {0, 2} for w in windows)
+    for index, span in fresh.spans.items():
+        drawn = [w[index] for w in windows]
+        assert 0 <= min(drawn) and max(drawn) <= span
+        quarters = [sum(q * span <= 4 * d < (q + 1) * span for d in drawn) for q in range(4)]
+        assert all(4500 < n < 5500 for n in quarters), quarters  # (5,000 each, sd 61)
+    assert len({(w[0], w[2]) for w in windows}) > 19000  # windows, not one repeated
+    assert [w[0] for w in windows[:50]] != [w[0] for w in fresh.draw(50)]  # never the same
+    assert Fresh([torch.arange(3)]).draw(2) == [{}, {}]  # no floating input: no offsets
 
 
 def test_two_workloads_never_share_pools():
@@ -52,7 +67,7 @@ def test_sets_are_refreshed_and_writes_into_any_of_them_are_seen():
     ids = torch.arange(4, dtype=torch.int32)
     fresh = Fresh([x, ids, 2.0])
     sets = InputSets([x, ids, 2.0], ["x", "ids", "s"], 3, CPU)
-    slots = [fresh.offsets() for _ in range(3)]
+    slots = fresh.draw(3)
     sets.refresh(slots, fresh)
     for j, offsets in enumerate(slots):
         assert torch.equal(sets.views[0][j], fresh.window(0, offsets[0]))
@@ -154,7 +169,7 @@ def test_large_and_small_windows_are_written_and_compared_alike(
     x, y = torch.randn(6, 10).bfloat16(), torch.randn(5)
     fresh = Fresh([x, y])
     sets = InputSets([x, y], ["x", "y"], 70, CPU)  # more sets than one compared chunk
-    windows = [fresh.offsets() for _ in range(70)]
+    windows = fresh.draw(70)
     sets.refresh(windows, fresh)
     for j, window in enumerate(windows):
         assert torch.equal(sets.views[0][j], fresh.window(0, window[0]))

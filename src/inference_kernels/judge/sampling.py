@@ -236,7 +236,7 @@ class Sampler:
         setup = {"op": "method", "method": "eager", "calls": calls, "warmup": 0}
         self.worker.ask(setup, [], protocol.Ready)
         with self.alone():
-            windows = [self.fresh.offsets() for _ in range(calls)]
+            windows = self.fresh.draw(calls)
             _, reply, seen = self.go("eager", -1, windows)
         return min(reply.us * 1e-6, seen / calls)
 
@@ -324,7 +324,7 @@ class Sampler:
         if self.cold_l2 or (method == "eager" and self.kind != "cuda"):
             return iters
         with self.alone():
-            _, reply, seen = self.go(method, -1, [self.fresh.offsets() for _ in range(iters)])
+            _, reply, seen = self.go(method, -1, self.fresh.draw(iters))
         return max(iters, self._calls_for(min(reply.us * 1e-6, seen / iters)))
 
     def _calls_for(self, per_call: float) -> int:
@@ -355,7 +355,7 @@ class Sampler:
                     continue
             if method != "graph":  # a graph warmed up when it was captured
                 calls = min(self.plan.warmup, phase.iters)
-                self.go(method, -1, [self.fresh.offsets() for _ in range(calls)])
+                self.go(method, -1, self.fresh.draw(calls))
         return errors
 
     def _rounds(self, phases: list[Phase]) -> None:
@@ -400,11 +400,11 @@ class Sampler:
     def _sample(self, phase: Phase, index: int) -> float:
         """One timed sample of ``phase``; the seconds the referee saw."""
         method = phase.method
+        windows = self.fresh.draw(phase.iters)  # (the referee's alone: drawn within the gap)
         if self.gap and self._ended is not None:
             # before the refresh: the sample's inputs are written right before it is sent,
             # never left for the solution's threads to work on during the rest
             time.sleep(max(0.0, self._ended + self.gap - time.perf_counter()))
-        windows = [self.fresh.offsets() for _ in range(phase.iters)]
         outputs, reply, seconds = self.go(method, index, windows)
         self._ended = self.worker.channel.arrived
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
@@ -439,7 +439,7 @@ class Sampler:
         kernels. The worker's report, held to nothing but the protocol's ranges: rows show
         it beside the judged times and nothing ranks on it."""
         calls = min(calls, self.sets.count)
-        windows = [self.fresh.offsets() for _ in range(calls)]
+        windows = self.fresh.draw(calls)
         self._refresh(windows)
         message = {"op": "kernels", "calls": calls, "idle_s": rest}
         reply = self.worker.ask(message, [], protocol.Kernels)
