@@ -424,6 +424,9 @@ class CaseRow(BaseModel):
     # (the workload's, on its first row), worker, call, device_load, sizing, setup, refresh,
     # samples, compare, checks, other.
     breakdown: dict[str, float] = {}
+    # why the worker was ended after the case (it held more device memory than a worker
+    # may keep between its cases: judge/device_memory.py), if it was
+    retired: str | None = None
     mac: str | None = None  # HMAC of the row with the judge's key (signing.py)
 
 

@@ -165,6 +165,7 @@ class Lane:
                 row.status, row.error = verdict["status"], verdict.get("error")
                 row.outputs = verdict.get("outputs", {})
                 row.timing = verdict.get("timing", {})
+                row.retired = verdict.get("retired")
                 parts.update(verdict.get("seconds", {}))
             if self.started:
                 parts["referee"], self.started = round(self.started, 3), 0.0

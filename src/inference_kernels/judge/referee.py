@@ -34,7 +34,7 @@ from ..materialize.references import (
     rejected_rows,
     run_reference,
 )
-from . import clocks, collector, protocol, timing
+from . import clocks, collector, device_memory, protocol, timing
 from .busy import Busy, products
 from .fresh import Fresh
 from .loader import SolutionLoadError, compiled
@@ -191,6 +191,7 @@ class Referee:
         loaded = self.device.type == "cuda" and sustained and not options["validation_only"]
         self.busy = Busy(products(self.device) if loaded else None)  # between cases
         self.clock = clocks.reader(self.device)
+        self.holdings = device_memory.reader(self.device)  # what a worker keeps between cases
         self.watch = Stopwatch()  # the current case's steps (judge())
         self.profiled = False  # the current case's worker ran under the profiler
         self.prefetcher = Prefetcher()  # the next workload's inputs (prefetch.py)
@@ -379,6 +380,16 @@ class Referee:
             )
         return handle
 
+    def _bound_memory(self, name: str, worker: WorkerHandle, verdict: dict[str, Any]) -> None:
+        """A worker that keeps more device memory than it may between its cases goes
+        (``device_memory.py``); the row says why."""
+        if self.holdings is None or not worker.alive() or self.workers.get(name) is not worker:
+            return
+        reason = device_memory.too_much(self.holdings(worker.owns))
+        if reason:
+            verdict["retired"] = reason
+            self._retire(name)
+
     def _pool_limit(self) -> int:
         """Bytes of input buffers a worker may keep between its cases."""
         if self.device.type == "cuda":
@@ -423,6 +434,7 @@ class Referee:
                     if worker is not None:
                         with self.watch.span("end"):  # the worker lets go, then is frozen
                             worker.end_case(self.watch)
+                            self._bound_memory(solution.name, worker, verdict)
                     if self.profiled and solution.name in self.workers:
                         # The profiler may stay attached to the process (CUPTI is not
                         # always torn down): no later sample is timed in it.

@@ -112,6 +112,29 @@ def running(uid: int) -> list[int]:
     return found
 
 
+def belongs(pid: int, uid: int | None, root: int) -> bool:
+    """Is ``pid`` a process of the worker whose uid is ``uid`` (its real uid), or, for a
+    worker without a uid of its own, ``root`` or a process below it? (A few reads of /proc,
+    for the few processes NVML lists: not a scan.)"""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/status", "rb") as status:
+                text = status.read()
+        except OSError:
+            return False
+        if uid is not None:
+            return fields(text)[0] == str(uid).encode()
+        if pid == root:
+            return True
+        parent = text.rfind(b"\nPPid:\t")
+        if parent < 0:
+            return False
+        pid = int(text[parent + 7 :].split(b"\n", 1)[0])
+    return False
+
+
 def fields(status: bytes) -> tuple[bytes | None, bytes | None]:
     """A /proc status file's real uid and state letter. Both are searched from the end:
     the first line is the process's own name, which it chooses (the kernel escapes a newline

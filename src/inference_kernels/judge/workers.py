@@ -54,7 +54,7 @@ from .loader import (
 )
 from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
-from .signals import running, signal_tree, signal_uid
+from .signals import belongs, running, signal_tree, signal_uid
 from .stopwatch import Stopwatch
 
 LOG_BYTES = 8 << 20
@@ -453,6 +453,10 @@ class WorkerHandle:
                 return False
             time.sleep(0.005)
         return True
+
+    def owns(self, pid: int) -> bool:
+        """Is ``pid`` one of this worker's processes?"""
+        return belongs(pid, self.uid, self.process.pid)
 
     def thaw(self) -> None:
         if self.frozen and self.alive():
