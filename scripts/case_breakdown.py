@@ -8,7 +8,8 @@ share, and with --by-definition the same per definition. Rows written before the
 breakdown existed are counted apart. Then what an audit must not pass over: the timing
 methods a passed case could not time (a graph that could not be captured: its row passes
 with the method's error, and a summary's geometric mean mixes that case's other times in),
-and the late samples (``late`` in a phase).
+the late samples (``late`` in a phase), and the workers ended for the device memory they
+kept between cases (``retired``).
 """
 
 from __future__ import annotations
@@ -62,11 +63,14 @@ def main() -> None:
     cases = without = 0
     untimed: dict[str, list[str]] = defaultdict(list)  # method -> its errors
     late = late_rows = 0
+    retired: list[str] = []  # rows whose worker was ended for the device memory it kept
     for path in options.results:
         for line in path.read_text().splitlines():
             row = json.loads(line)
             if row.get("type") != "case":
                 continue
+            if row.get("retired"):
+                retired.append(f"{row['definition']} {row.get('axes')}: {row['retired']}")
             for method, entry in (row.get("timing") or {}).items():
                 if isinstance(entry, dict) and "error" in entry and row.get("status") == "passed":
                     untimed[method].append(
@@ -85,6 +89,8 @@ def main() -> None:
     print(f"{cases} cases with a breakdown" + (f", {without} without" if without else ""))
     print(table(totals, cases))
     print(f"late samples: {late} in {late_rows} phases")
+    if retired:
+        print(f"workers ended for the device memory they kept: {len(retired)}: {retired[0]}")
     for method, errors in sorted(untimed.items()):
         first = errors[0][:200]
         print(f"passed cases whose {method} could not be timed: {len(errors)}, the first: {first}")
