@@ -25,9 +25,6 @@ REGIMES_DIFFER = "not comparable: timed in different regimes"
 # One kernel judged on two H200s of different sessions took 162, 192 and 200 us (SDPA
 # B1 h32 N2560, December 1): no floor covers that, so times of different GPUs are not paired.
 GPUS_DIFFER = "not comparable: timed on different GPUs"
-# A side timed by a method of more launch cost (eager for a graph that could not be
-# captured) on a workload where the other was not: report/compare.py.
-METHODS_DIFFER = "not comparable: the other side lost a method"
 # How far apart two runs of the same code may come out, as a fraction of the time. CPU:
 # no bound holds. Two runs of six definitions' dev workloads on this 2-core machine gave
 # 0.78x to 1.54x for identical code on a quiet machine, and identical code judged while

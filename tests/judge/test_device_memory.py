@@ -57,3 +57,70 @@ def test_a_worker_that_keeps_too_much_device_memory_goes_and_its_row_says_why(tm
         assert next(iter(referee.workers.values())) is not first
     finally:
         referee.close()
+
+
+# Starts a thread that would outlive a failed load, then fails it.
+LEFT_RUNNING = """import threading
+import time
+
+
+def _hold():
+    while True:
+        time.sleep(0.01)
+
+
+threading.Thread(target=_hold).start()
+raise RuntimeError("fails its load on purpose, its thread left running")
+"""
+
+
+def test_a_worker_whose_load_failed_does_not_live_on_beside_later_cases(tmp_path):
+    import json
+
+    from candidates import write_candidate
+
+    from inference_kernels import schema
+
+    path = write_candidate(tmp_path, "left_running", LEFT_RUNNING)
+    solution = schema.Solution.model_validate(json.loads(path.read_text()))
+    referee, message = prepared_referee(tmp_path, ["eager"])
+    try:
+        broken = {"solution": solution.model_dump_json()}
+        verdict = referee.judge(broken)
+        assert verdict["status"] == "load_failed" and "on purpose" in verdict["error"]
+        handle = referee.workers["left_running"]
+        assert not handle.alive()  # never frozen nor read: it must not run on
+        assert referee.judge(broken)["status"] == "load_failed"  # again, no new worker
+        assert referee.workers["left_running"] is handle
+        assert referee.judge(message)["status"] == "passed"
+    finally:
+        referee.close()
+
+
+def test_nothing_is_bounded_where_nvml_does_not_list_the_referee_itself(monkeypatch, capsys):
+    import sys
+    import types
+
+    import torch
+
+    listed = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: uuid,
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: [
+            types.SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in listed
+        ],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    properties = types.SimpleNamespace(uuid="GPU-test")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    held = device_memory.reader(torch.device("cuda", 0))
+    worker = os.getpid() + 1  # (a pid of the worker's, as owns() decides)
+    listed[:] = [(os.getpid(), 600 << 20), (worker, 5 << 30), (worker + 1, 1 << 30)]
+    assert held(lambda pid: pid == worker) == 5 << 30
+    # listed under other ids (another PID namespace): the referee's own pid is not there
+    listed[:] = [(os.getpid() + 100, 600 << 20), (worker, 5 << 30)]
+    assert held(lambda pid: pid == worker) is None
+    assert held(lambda pid: pid == worker) is None
+    said = capsys.readouterr().out
+    assert said.count("what a worker keeps between cases is not bounded") == 1

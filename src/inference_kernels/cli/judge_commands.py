@@ -506,8 +506,8 @@ def preferred(
     as_json: JsonOption = False,
 ) -> None:
     """Pick one measured solution per definition (preferred-solutions.json): the fastest
-    that passed every workload it ran, only when significantly faster than the next (95%
-    interval); none from CPU wall-clock times."""
+    that passed every workload it ran, only when significantly faster than each other one
+    (95% interval); none from CPU wall-clock times."""
     from ..report.summary import preferred as choose
 
     _writable(output)

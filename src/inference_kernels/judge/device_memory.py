@@ -10,12 +10,14 @@ torch's handles take well under a GiB, and an honest worker gives its case's mem
 when the case ends (``Worker._give_back_memory``).
 
 Off CUDA, where NVML cannot be loaded, or where it does not say what a process holds (a
-driver that hides it, processes it lists under other ids), nothing is read and nothing is
-enforced; the row does not say otherwise.
+driver that hides it, processes it lists under ids of another PID namespace: then the
+referee's own process, which holds a CUDA context, is not among them), nothing is read
+and nothing is enforced; the referee's log says so once.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -43,12 +45,24 @@ def reader(device: torch.device) -> Holdings | None:
     except Exception:  # no driver library, an old torch, a device NVML does not list
         return None
 
+    referee = os.getpid()
+    unread = []  # said once: NVML lists the referee without its bytes, or not at all
+
     def held(owns: Callable[[int], bool]) -> int | None:
         try:
-            processes = listed(handle)
+            processes = [(p.pid, p.usedGpuMemory) for p in listed(handle)]
         except Exception:  # a transient NVML error: nothing read this time
             return None
-        return total(owns, [(p.pid, p.usedGpuMemory) for p in processes])
+        if not total(lambda pid: pid == referee, processes):
+            if not unread:
+                unread.append(referee)
+                print(
+                    f"device memory: NVML gives no bytes for the referee (pid {referee}):"
+                    " what a worker keeps between cases is not bounded",
+                    flush=True,
+                )
+            return None
+        return total(owns, processes)
 
     return held
 

@@ -340,9 +340,9 @@ class Referee:
     def _worker(self, solution: schema.Solution) -> WorkerHandle:
         handle = self.workers.get(solution.name)
         failed = handle.loaded if isinstance(handle, WorkerHandle) else None
-        if failed is not None and not failed.ok and failed.status == statuses.COMPILE_ERROR:
-            # the same sources fail to compile again: no new worker, no new build per case
-            raise CaseEnded(statuses.COMPILE_ERROR, failed.error or "the build failed")
+        if failed is not None and not failed.ok:
+            # the same sources fail to build or load again: no new worker, no build per case
+            raise CaseEnded(failed.status, failed.error or "the solution did not load")
         if isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit():
             handle.exit()  # its buffers can only be freed once it is gone
             handle = None
@@ -375,6 +375,11 @@ class Referee:
             raise CaseEnded(statuses.LOAD_FAILED, handle)
         handle.thaw()
         if not handle.loaded.ok:  # load_failed, or compile_error
+            # Its process goes now: it never gets a case, so it would never be frozen nor
+            # its device memory read, and a solution that failed its load on purpose could
+            # keep running beside every later case (review, twentieth session). The handle
+            # stays, dead, to fail this solution's later cases at once.
+            handle.stop()
             raise CaseEnded(
                 handle.loaded.status, handle.loaded.error or "the solution did not load"
             )

@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 from ..schema import Hardware
 from ..stats import (
     GPUS_DIFFER,
-    METHODS_DIFFER,
     REGIMES_DIFFER,
     RUN_TO_RUN,
     paired_speedup,
@@ -61,11 +60,12 @@ def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str,
     sustained and a burst time differ by the clock, not the code; none across GPUs: two
     H200s gave one kernel times 20% apart); CPU wall-clock pairs are marked indicative.
     A workload where the other side's time is of a method of more launch cost than mine
-    is left out and voids the verdict (``lesser``): a solution whose own graph could not be
-    captured is held to the other's graph, its own loss, but none gains from a graph the
-    other lost (13 captures of the H200 audit at e83ee6e ran out of the judge's memory,
-    and a candidate that holds device memory between its cases could make the next
-    solution's captures fail on the workloads where it is slow)."""
+    is left out of the pairs (``lesser`` counts them): a solution whose own graph could not
+    be captured is held to the other's graph, its own loss, but none gains from a graph the
+    other lost (13 captures of the H200 audit at e83ee6e ran out of the judge's memory).
+    The verdict stands on the pairs that remain: voided, it would let a solution that
+    fails its own capture on one workload on purpose keep any other from being preferred
+    over it (review, twentieth session)."""
     both = [u for u in mine if u in theirs]
     shared = [u for u in both if not _lesser(mine[u], theirs[u])]
     lesser = len(both) - len(shared)
@@ -80,8 +80,6 @@ def speedup_entry(mine: dict[str, Timed], theirs: dict[str, Timed]) -> dict[str,
         judged = REGIMES_DIFFER
     elif len(gpus) > 1:
         judged = GPUS_DIFFER
-    elif lesser:
-        judged = METHODS_DIFFER
     return {
         "pairs": len(ratios),
         "speedup": geomean(ratios),

@@ -333,7 +333,8 @@ def _workloads(name: str, cases: list[dict[str, Any]], context: dict[str, Any]):
         cells = ["baseline", "", ""] if row["solution"] == baseline else ["-", "-", "-"]
         if mine and row["solution"] != baseline and row["uuid"] in base:
             entry = speedup_entry({row["uuid"]: mine}, {row["uuid"]: base[row["uuid"]]})
-            plotted["speedups"][row["solution"]].append(entry["speedup"])
+            if entry["speedup"] is not None:  # (none where the baseline's graph was lost)
+                plotted["speedups"][row["solution"]].append(entry["speedup"])
             plotted["cpu"] |= entry["indicative"]
             cells = _speedup_cells(
                 entry["speedup"], entry["interval"], entry["verdict"], entry["indicative"]

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..schema import Hardware
-from ..stats import GPUS_DIFFER, METHODS_DIFFER, NO_DIFFERENCE, REGIMES_DIFFER
+from ..stats import GPUS_DIFFER, NO_DIFFERENCE, REGIMES_DIFFER
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows, geomean, indicative, regime
@@ -106,8 +106,6 @@ def speedup_label(speedup: float | None, interval: list[float] | None, verdict: 
         return f"{speedup:.2f}x (regimes differ)"
     if verdict == GPUS_DIFFER:
         return f"{speedup:.2f}x (GPUs differ)"
-    if verdict == METHODS_DIFFER:
-        return f"{speedup:.2f}x (the other lost a method)"
     if interval is None:
         return f"{speedup:.2f}x"
     if verdict == NO_DIFFERENCE:
