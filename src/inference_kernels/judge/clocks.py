@@ -42,9 +42,9 @@ class Reading:
 Reader = Callable[[], "Reading | None"]
 
 
-def reader(device: torch.device) -> Reader | None:
-    """A function that reads ``device``'s clocks now (None when a reading fails), or None
-    when there is nothing to read (no CUDA, no NVML, a driver without these queries)."""
+def nvml(device: torch.device) -> tuple[Any, Any] | None:
+    """(the pynvml module, ``device``'s NVML handle), or None off CUDA or where NVML
+    cannot be had (no driver library, an old torch, a device NVML does not list)."""
     if device.type != "cuda":
         return None
     try:
@@ -53,9 +53,18 @@ def reader(device: torch.device) -> Reader | None:
         pynvml.nvmlInit()
         uuid = str(torch.cuda.get_device_properties(device).uuid)
         uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-    except Exception:  # no driver library, an old torch, a device NVML does not list
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception:
         return None
+
+
+def reader(device: torch.device) -> Reader | None:
+    """A function that reads ``device``'s clocks now (None when a reading fails), or None
+    when there is nothing to read (no CUDA, no NVML, a driver without these queries)."""
+    found = nvml(device)
+    if found is None:
+        return None
+    pynvml, handle = found
     reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons
     try:
         reasons(handle)

@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from . import clocks
+
 WORKER_HELD_BYTES = 4 << 30
 
 Holdings = Callable[[Callable[[int], bool]], "int | None"]
@@ -31,18 +33,14 @@ def reader(device: torch.device) -> Holdings | None:
     """A function: bytes of ``device``'s memory held now by the processes for which
     ``owns(pid)`` is true (None when NVML does not say), or None when there is nothing to
     read."""
-    if device.type != "cuda":
+    found = clocks.nvml(device)
+    if found is None:
         return None
+    pynvml, handle = found
+    listed = pynvml.nvmlDeviceGetComputeRunningProcesses
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        listed = pynvml.nvmlDeviceGetComputeRunningProcesses
         listed(handle)
-    except Exception:  # no driver library, an old torch, a device NVML does not list
+    except Exception:  # a driver without the query
         return None
 
     referee = os.getpid()
