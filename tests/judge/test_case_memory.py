@@ -68,3 +68,27 @@ def test_a_cuda_worker_gives_its_case_memory_back_once_nothing_of_the_case_is_he
     worker.device = torch.device("cpu")  # (a CPU worker has no device cache to give back)
     worker.end()
     assert len(held) == 1
+
+
+def test_a_worker_maps_each_set_to_views_of_its_own(monkeypatch):
+    count = 5
+    x = torch.arange(count * 6, dtype=torch.float32).reshape(count, 2, 3)
+    w = torch.arange(4.0).reshape(1, 4)  # shared by every set
+    worker = worker_module.Worker.__new__(worker_module.Worker)
+    worker.solution = type("S", (), {"spec": type("P", (), {"destination_passing_style": False})})
+    monkeypatch.setattr(worker, "_arguments", lambda message, fds: [x, w, 0.5], raising=False)
+    worker.map_sets({"count": count, "shared": [False, True, False]}, [])
+    assert len(worker.sets) == count
+    for index, (a, b, c) in enumerate(worker.sets):
+        assert torch.equal(a, x[index]) and a.data_ptr() == x[index].data_ptr()
+        assert a.stride() == x[index].stride() and a.shape == x[index].shape
+        assert torch.equal(b, w[0]) and b.data_ptr() == w.data_ptr() and b.stride() == (1,)
+        assert c == 0.5
+    views = [s[1] for s in worker.sets]
+    assert len({id(v) for v in views}) == count  # a shared input: a view per set
+    views[0].resize_(2)  # what a solution does to its view stays in its set
+    assert worker.sets[1][1].shape == (4,)
+    # no tensor inputs: still a set per call
+    monkeypatch.setattr(worker, "_arguments", lambda message, fds: [], raising=False)
+    worker.map_sets({"count": 3, "shared": []}, [])
+    assert worker.sets == [[], [], []]

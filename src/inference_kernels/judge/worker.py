@@ -179,17 +179,21 @@ class Worker:
         return {"op": "checked", "seconds": seconds, "outputs": refs}
 
     def map_sets(self, message: dict[str, Any], fds: list[int]) -> None:
-        """The timing input sets: each tensor input stacked [count, ...] (or one shared)."""
+        """The timing input sets: each tensor input stacked [count, ...] (or one shared),
+        each set's tensor a view of its own (a shared one too: what a solution does to one
+        view's shape or strides stays in that set). Views made by ``unbind`` in one call per
+        input: indexed one by one, 4,000 sets of three inputs took the worker 23 ms on the
+        H200 (twentieth session's traces), on the CI machine 15 ms against 8."""
         count = message["count"]
         stacked = self._arguments(message, fds)
-        shared = message["shared"]
-        self.sets = [
-            [
-                value[0 if share else index] if isinstance(value, torch.Tensor) else value
-                for value, share in zip(stacked, shared, strict=True)
-            ]
-            for index in range(count)
+        columns = [
+            (value[0:1].expand(count, *value.shape[1:]) if share else value[:count]).unbind(0)
+            if isinstance(value, torch.Tensor)
+            else [value] * count
+            for value, share in zip(stacked, message["shared"], strict=True)
         ]
+        self.sets = [list(values) for values in zip(*columns, strict=True)]
+        self.sets = self.sets if columns else [[] for _ in range(count)]
         dps = self.solution.spec.destination_passing_style
         self.buffers = [self._dps_buffers() for _ in range(count)] if dps else []
 
