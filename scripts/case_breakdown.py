@@ -19,6 +19,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from inference_kernels.schema import METHODS
+
 STEPS = (
     "referee",
     "inputs",
@@ -72,7 +74,7 @@ def main() -> None:
             if row.get("retired"):
                 retired.append(f"{row['definition']} {row.get('axes')}: {row['retired']}")
             for method, entry in (row.get("timing") or {}).items():
-                if method not in ("eager", "prepared", "graph"):  # (kernel times: no method)
+                if method not in METHODS:  # (kernel times: no method of timing)
                     continue
                 if isinstance(entry, dict) and "error" in entry and row.get("status") == "passed":
                     untimed[method].append(

@@ -44,16 +44,17 @@ def reader(device: torch.device) -> Holdings | None:
         return None
 
     referee = os.getpid()
-    unread = []  # said once: NVML lists the referee without its bytes, or not at all
+    said = False  # that NVML lists the referee without its bytes, or not at all
 
     def held(owns: Callable[[int], bool]) -> int | None:
+        nonlocal said
         try:
             processes = [(p.pid, p.usedGpuMemory) for p in listed(handle)]
         except Exception:  # a transient NVML error: nothing read this time
             return None
         if not total(lambda pid: pid == referee, processes):
-            if not unread:
-                unread.append(referee)
+            if not said:
+                said = True
                 print(
                     f"device memory: NVML gives no bytes for the referee (pid {referee}):"
                     " what a worker keeps between cases is not bounded",

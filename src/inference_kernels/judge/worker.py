@@ -192,8 +192,8 @@ class Worker:
             else [value] * count
             for value, share in zip(stacked, message["shared"], strict=True)
         ]
-        self.sets = [list(values) for values in zip(*columns, strict=True)]
-        self.sets = self.sets if columns else [[] for _ in range(count)]
+        no_inputs = [[] for _ in range(count)]
+        self.sets = [list(values) for values in zip(*columns, strict=True)] or no_inputs
         dps = self.solution.spec.destination_passing_style
         self.buffers = [self._dps_buffers() for _ in range(count)] if dps else []
 

@@ -6,13 +6,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from ..schema import Hardware
-from ..stats import (
-    GPUS_DIFFER,
-    REGIMES_DIFFER,
-    RUN_TO_RUN,
-    paired_speedup,
-    verdict,
-)
+from ..stats import GPUS_DIFFER, REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
 from .rows import (
     TIME_PREFERENCE,
     case_phase,
@@ -42,7 +36,7 @@ def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
     for row, gpu in gpus_of_cases(rows):
         measured = case_time(row)
         if measured:
-            phase = case_phase(row) or "graph"
+            phase = case_phase(row)  # (a passed, timed case: never None here)
             timed = Timed(measured[0], measured[1], case_samples(row), regime(row), gpu, phase)
             times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
