@@ -494,3 +494,18 @@ def test_on_a_gpu_a_short_sample_seen_a_few_ms_late_is_a_spike_not_a_rest(monkey
     assert entry["calls_per_sample"] == 4
     assert entry["late"] == entry["ranked_slowest"] == [4]
     assert made.suspect == []
+
+
+def test_a_method_is_sized_by_a_sample_only_where_more_calls_are_possible():
+    """A sizing sample can only raise the plan's calls; where they are already the most a
+    sample may have (the sets that fit, or MAX_CALLS) none is taken."""
+
+    def sizing_samples(fit):
+        worker = ScriptedWorker(lambda method, index: 5000.0)
+        made = sampler(worker)
+        made.fit = fit
+        made.time_methods(["graph"], None)
+        return [entry for entry in worker.log if entry == ("go", "graph", -1)]
+
+    assert sizing_samples(4) == []  # the plan's 4 calls are all the sets that fit
+    assert sizing_samples(64) == [("go", "graph", -1)]
