@@ -5,7 +5,8 @@
 # dev, languages, kernels, eager_graph, rest; ncu, run_to_run, eager_graph and rest are
 # issue 11's agreement with Nsight Compute, run-to-run spread, eager against graph where
 # launch cost is nil, and the load a case needs after a rest; languages builds and judges
-# a CUDA solution, issue 12; kernels judges our own Triton kernels beside their baselines
+# a CUDA solution, issue 12; kernels judges our own kernels and the library paths (every
+# solution but the baseline) beside their baselines
 # on the dev workloads, issue 14;
 # KERNELS=REGEX picks their definitions, e.g. KERNELS='sparse_mla|qsa');
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
@@ -48,7 +49,7 @@ if [[ $STEPS == *kernels* ]]; then
 import json, os, pathlib, re
 kernels = (json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json'))
 wanted = re.compile(os.environ.get('KERNELS', '.'))
-for name in sorted({s['definition'] for s in kernels if s['spec']['language'] != 'python'}):
+for name in sorted({s['definition'] for s in kernels if not s['name'].startswith('torch_')}):
     if wanted.search(name):
         print('-d'); print(name)")
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \

@@ -11,7 +11,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   --platform any -d .whl \
   pydantic pydantic-core annotated-types typing-inspection typing-extensions \
-  pytest iniconfig pluggy packaging ninja plotly narwhals
+  pytest iniconfig pluggy packaging ninja plotly narwhals \
+  fla-core==0.6.0 einops  # the library path of the GDN definitions (dataset/solutions/gdn/fla_*)
 if ! ls .whl/bubblewrap_*.deb >/dev/null 2>&1; then
   (cd .whl && apt-get download bubblewrap)
 fi

@@ -109,6 +109,11 @@ def shares_storage(output: torch.Tensor, inputs: list) -> bool:
 # ----------------------------------------------------------------------------- the files
 
 
+# Library paths a user would pick (issue 14): a solution's name prefix, the package it needs
+# (carried to the GPU machine by scripts/gpu_wheels.sh; none of them runs on the CPU).
+LIBRARIES = {"fla": "fla-core"}
+
+
 def test_every_definition_has_exactly_one_baseline_file_that_validates():
     files = sorted((DATASET / "solutions").rglob("*.json"))
     seen = {}
@@ -118,6 +123,13 @@ def test_every_definition_has_exactly_one_baseline_file_that_validates():
         assert path.relative_to(DATASET) == (
             Path("solutions") / definition.op_type / f"{solution.name}.json"
         )
+        if solution.name not in BASELINES and solution.spec.language == "python":
+            # a library path (issue 14): named for its library, which it declares, on a GPU
+            library = solution.name.split("_")[0]
+            assert library in LIBRARIES, solution.name
+            assert any(d.startswith(LIBRARIES[library]) for d in solution.spec.dependencies)
+            assert solution.spec.target_hardware == ["cuda"], solution.name
+            continue
         if solution.name not in BASELINES:  # a kernel of ours (tests/solutions/test_kernels.py)
             assert solution.spec.language in ("triton", "cuda", "cpp"), solution.name
             assert solution.name.startswith(f"{solution.spec.language}_"), solution.name
