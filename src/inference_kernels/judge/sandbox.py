@@ -17,7 +17,11 @@ network and UTS namespaces (and a user namespace when the judge is not root), wi
   compilers (g++, nvcc, ninja), the CUDA toolkit and torch's headers need nothing more:
   they are under ``/usr``, ``/usr/local`` and the Python installation, which stay visible
   read-only;
-- the GPU's device nodes and nothing else of ``/dev``;
+- the driver's shared device nodes (``nvidiactl``, ``nvidia-uvm``...) and the node of its
+  lane's GPU alone (``/dev/nvidiaN``, N the GPU's minor number), nothing else of ``/dev``:
+  a worker cannot start work on another lane's GPU (slowing the solution timed there),
+  and CUDA shows it that GPU alone, as ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` is set to its
+  UUID); where NVML cannot say the minor number, every GPU's node, as before;
 - an unprivileged identity of its own: as root, each worker gets a uid and gid no other
   process has (from UID_BASE on) and drops to it inside before it reads any solution code
   (``worker.drop_privileges``), so that its process limit and files are its alone; as
@@ -33,6 +37,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -64,6 +69,47 @@ PASS_ENV = (
     "INFERENCE_KERNELS_FAKE_GRAPH",  # tests only: the CPU stand-in for CUDA graphs (timing.py)
 )
 ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run", "/root", "/home", "/dev/shm")
+GPU_NODE = re.compile(r"/dev/nvidia(\d+)")  # one GPU's node; the others are the driver's
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What a worker's sandbox needs of its lane's GPU: its device node's minor number and
+    its UUID (for ``CUDA_VISIBLE_DEVICES``), each None where NVML or torch cannot say."""
+
+    minor: int | None
+    uuid: str | None
+
+
+@functools.cache
+def gpu_of(device: str) -> Gpu:
+    """The lane GPU ``device`` ("cuda:N", the referee's numbering)."""
+    import torch
+
+    from .clocks import nvml
+
+    found = nvml(torch.device(device))
+    if found is None:
+        return Gpu(None, None)
+    pynvml, handle = found
+    try:
+        minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+    except Exception:
+        return Gpu(None, None)
+    return Gpu(minor, uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+
+
+def device_nodes(gpu: Gpu | None) -> list[str]:
+    """The NVIDIA device nodes bound into a CUDA worker's sandbox: every one but the other
+    GPUs' (all of them where the lane's minor number is not known)."""
+    nodes = []
+    for node in sorted(glob.glob("/dev/nvidia*")):
+        match = GPU_NODE.fullmatch(node)
+        if match and gpu is not None and gpu.minor is not None and int(match[1]) != gpu.minor:
+            continue
+        nodes.append(node)
+    return nodes
 
 
 def bwrap_path() -> str | None:
@@ -178,10 +224,16 @@ class Sandbox:
     memory: int = field(default_factory=memory_limit)
 
     def arguments(
-        self, package: Path, cuda: bool, build: Path | None = None, writable: bool = False
+        self,
+        package: Path,
+        cuda: bool,
+        build: Path | None = None,
+        writable: bool = False,
+        gpu: Gpu | None = None,
     ) -> list[str]:
         """bwrap's arguments (before ``--``) for a worker of the solution in ``package``,
-        with its build folder ``build`` (writable if told) when it is compiled."""
+        with its build folder ``build`` (writable if told) when it is compiled, and on CUDA
+        its lane's ``gpu`` alone when that is known."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         needed = _needed(self.secrets) + [package]
         if build is not None:
@@ -227,7 +279,7 @@ class Sandbox:
             args += mount
         args += after
         if cuda:
-            for node in sorted(glob.glob("/dev/nvidia*")):
+            for node in device_nodes(gpu):
                 args += ["--dev-bind", node, node]
         if os.geteuid() == 0:  # the worker drops to UID itself, before any solution code
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -257,6 +309,8 @@ class Sandbox:
             "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
         }
         environment.update({k: os.environ[k] for k in PASS_ENV if k in os.environ})
+        if cuda and gpu is not None and gpu.uuid:  # its GPU, whatever the judge's numbering
+            environment["CUDA_VISIBLE_DEVICES"] = gpu.uuid
         for key, value in environment.items():
             args += ["--setenv", key, value]
         return args
@@ -268,8 +322,10 @@ class Sandbox:
         worker: list[str],
         build: Path | None = None,
         writable: bool = False,
+        gpu: Gpu | None = None,
     ) -> list[str]:
-        return [self.bwrap, *self.arguments(package, cuda, build, writable), "--", *worker]
+        arguments = self.arguments(package, cuda, build, writable, gpu)
+        return [self.bwrap, *arguments, "--", *worker]
 
     def worker_command(
         self,
@@ -279,9 +335,11 @@ class Sandbox:
         uid: int,
         build: Path | None = None,
         writable: bool = False,
+        gpu: Gpu | None = None,
     ) -> list[str]:
         """bwrap around the worker, told the identity to drop to (under root)."""
-        return self.command(package, cuda, [*worker, "--sandboxed", str(uid)], build, writable)
+        worker = [*worker, "--sandboxed", str(uid)]
+        return self.command(package, cuda, worker, build, writable, gpu)
 
 
 @functools.cache

@@ -52,7 +52,7 @@ from .loader import (
     usable,
     write_package,
 )
-from .sandbox import Sandbox, apply_limits, identity, limits
+from .sandbox import Sandbox, apply_limits, gpu_of, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
 from .signals import belongs, running, signal_tree, signal_uid
 from .stopwatch import Stopwatch
@@ -295,8 +295,10 @@ class WorkerHandle:
         command = [sys.executable, "-s", "-B", "-m", "inference_kernels.judge.worker"]
         command += ["--fd", str(theirs.fileno())]
         values = {}
+        inside = str(device)  # the worker's name for its device
         if sandbox is not None:
             build = None if claim is None else claim.build
+            gpu = gpu_of(str(device)) if device.type == "cuda" else None
             command = sandbox.worker_command(
                 package,
                 device.type == "cuda",
@@ -304,8 +306,11 @@ class WorkerHandle:
                 uid,
                 build=None if build is None else build.folder,
                 writable=build is not None and not build.cached,
+                gpu=gpu,
             )
             values = limits(sandbox.memory, uid)
+            if gpu is not None and gpu.uuid:  # the one GPU its sandbox shows
+                inside = "cuda:0"
         process = subprocess.Popen(
             command,
             pass_fds=[theirs.fileno()],
@@ -331,7 +336,7 @@ class WorkerHandle:
         handle.drain.start()
         handle.init = {
             "op": "init",
-            "device": str(device),
+            "device": inside,
             "definition": definition.model_dump_json(),
             "solution": solution.model_dump_json(),
             "package": str(package),
