@@ -1,0 +1,93 @@
+"""torch.compile of the task baselines, as candidates of their own (issue 14: the library
+paths a user would pick). ``dataset/solutions/<op_type>/compile_<definition>.json`` holds
+the baseline's main.py unchanged as baseline.py, and a main.py that compiles its ``run``
+(default mode: Inductor's Triton kernels on a GPU). Only the definitions whose baseline is
+one traced region are here: no host loop over data (GDN prefill, the grouped GEMMs, the QSA
+index read values on the host), no loop over chunks of a dynamic size (sparse MLA,
+neighborhood attention), and not the GEMMs and dense attentions, whose baseline is one
+cuBLAS or cuDNN call already.
+
+    python scripts/compile_candidates.py            # write them
+    python scripts/compile_candidates.py --check    # exit 1 where one is not what it would write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DATASET = Path(__file__).resolve().parents[1] / "dataset"
+DEFINITIONS = (
+    "gdn_decode_qk4_v8_d128_k_last",
+    "mixed_mla_decode_deepseek41_h64_d512_k8128_k4512",
+    "moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
+    "qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4",
+)
+MAIN = '''"""torch.compile (default mode) of the task's plain-PyTorch baseline, which is baseline.py
+unchanged: what a user gets from one line. Each call goes through Dynamo's guards; the
+first call of a new shape compiles (automatic dynamic shapes from the second)."""
+
+import torch
+
+from .baseline import run as _baseline
+
+run = torch.compile(_baseline)
+'''
+
+
+def candidate(baseline: dict) -> dict:
+    """The compile candidate of a baseline solution (its JSON)."""
+    definition = baseline["definition"]
+    return {
+        "name": f"compile_{definition}",
+        "definition": definition,
+        "author": "inference-kernels",
+        "description": (
+            "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
+            "baseline (baseline.py, unchanged; scripts/compile_candidates.py writes this file)."
+        ),
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cuda"],
+            "entry_point": "main.py::run",
+            "dependencies": ["torch>=2.4", "triton>=3.0"],
+            "destination_passing_style": False,
+        },
+        "sources": [
+            {"path": "main.py", "content": MAIN},
+            {"path": "baseline.py", "content": baseline["sources"][0]["content"]},
+        ],
+    }
+
+
+def planned(dataset: Path = DATASET) -> dict[Path, str]:
+    """Each candidate's path and the text it should have."""
+    found = {}
+    for definition in DEFINITIONS:
+        (path,) = dataset.glob(f"solutions/*/torch_{definition}.json")
+        text = json.dumps(candidate(json.loads(path.read_text())), indent=2) + "\n"
+        found[path.with_name(f"compile_{definition}.json")] = text
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 on a difference"
+    )
+    options = parser.parse_args()
+    stale = []
+    for path, text in planned().items():
+        if not path.exists() or path.read_text() != text:
+            stale.append(path)
+            if not options.check:
+                path.write_text(text)
+    for path in stale:
+        print(f"{'differs' if options.check else 'wrote'}: {path.relative_to(DATASET.parent)}")
+    sys.exit(1 if options.check and stale else 0)
+
+
+if __name__ == "__main__":
+    main()
