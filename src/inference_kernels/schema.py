@@ -254,6 +254,46 @@ class Hardware(Strict):
     provenance: dict[str, Any]  # command, date, torch, CUDA, clocks, method, sizes
 
 
+class Versus(Strict):
+    """The preferred solution against another measured one: paired speedup (their time over
+    its time), the 95% interval and the verdict (``report/compare.py``)."""
+
+    solution: str
+    speedup: float | None
+    interval: list[float] | None
+    verdict: str | None
+
+
+class PreferredChoice(Strict):
+    """A definition's preferred solution on one device, and what it was held to."""
+
+    definition: str
+    solution: str
+    time_us: float = Field(gt=0)
+    workloads: int = Field(ge=1)
+    speedup_over_baseline: float | None
+    speedup_interval: list[float] | None
+    inputs: str  # "stand-in", "captured" or "mixed": what the times were measured on
+    scope: str
+    versus: list[Versus] = []
+
+
+class Undecided(Strict):
+    definition: str
+    reason: str
+
+
+class Preferred(Strict):
+    """``preferred/<device>.json``: one measured choice per definition on one GPU (the
+    ``preferred`` command over a results file), and the run it came from."""
+
+    written_at: str
+    device: str | None  # the GPU's name as torch gives it; None: the rows named none, or two
+    source: dict[str, Any] = {}  # suite, regime, GPUs, versions, the judge's hash
+    definitions: list[PreferredChoice]
+    undecided: list[Undecided] = []
+
+
 # ----------------------------------------------------------------------------- capture
 
 

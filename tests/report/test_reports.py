@@ -327,3 +327,55 @@ def test_preferred_holds_the_fastest_to_every_other_not_only_the_next():
     assert "saboteur and victim" in picked["undecided"][0]["reason"]
     honest = [case("victim", u, graph=10.0) for u in workloads] + saboteur + other
     assert preferred(honest, {"d": "other"})["definitions"][0]["solution"] == "victim"
+
+
+def test_a_preferred_file_names_its_gpu_its_run_and_its_ratio_table_and_loads_into_a_dataset(
+    tmp_path,
+):
+    import shutil
+    from pathlib import Path
+
+    from inference_kernels.dataset.layout import load_dataset
+
+    name = "dense_gemm_bf16_nt_bias_n384_k384"
+    bundled = Path(__file__).resolve().parents[2] / "dataset"
+    root = tmp_path / "dataset"
+    for part in (f"definitions/gemm/{name}.json", f"solutions/gemm/torch_{name}.json"):
+        (root / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(bundled / part, root / part)
+    fast = json.loads((root / f"solutions/gemm/torch_{name}.json").read_text()) | {"name": "fast"}
+    (root / "solutions/gemm/fast.json").write_text(json.dumps(fast))
+    environment = on_gpu("GPU-a")
+    environment["devices"][0]["nvidia_smi"]["name"] = "NVIDIA H200"
+    environment |= {"suite": "dev", "regime": "sustained", "manifest": {"judge": "abc"}}
+    rows = [environment] + [
+        {**case(solution, u, graph=time, definition=name), "device": "cuda:0"}
+        for solution, time in ((f"torch_{name}", 10.0), ("fast", 5.0))
+        for u in "xyz"
+    ]
+    picked = preferred(rows, {name: f"torch_{name}"})
+    assert picked["device"] == "NVIDIA H200"
+    assert picked["source"] | {"started_at": None} == {
+        "suite": ["dev"],
+        "regime": ["sustained"],
+        "started_at": None,
+        "gpus": ["GPU-a"],
+        "torch": [],
+        "judge": ["abc"],
+    }
+    (choice,) = picked["definitions"]
+    assert choice["solution"] == "fast"
+    (versus,) = choice["versus"]  # the ratio table: against each other measured solution
+    assert versus["solution"] == f"torch_{name}" and versus["verdict"] == "faster"
+    assert versus["speedup"] == pytest.approx(2.0)
+    (root / "preferred").mkdir()
+    (root / "preferred/h200.json").write_text(json.dumps(picked))
+    # another GPU's file that names a solution of no such definition: the field is named
+    wrong = picked | {"device": "NVIDIA H100"}
+    wrong["definitions"] = [choice | {"solution": "nope"}]
+    (root / "preferred/h100.json").write_text(json.dumps(wrong))
+    loaded = load_dataset(root)
+    assert loaded.preferred["NVIDIA H200"].definitions[0].solution == "fast"
+    assert "NVIDIA H100" not in loaded.preferred
+    found = [(p.file, p.field) for p in loaded.problems if p.file.startswith("preferred/")]
+    assert found == [("preferred/h100.json", "definitions[0].solution")]

@@ -6,6 +6,7 @@
     tasks/<definition>.json                  one Task each (ours; peers have none)
     rooflines/<definition>.json              one Roofline each (ours: the least work)
     hardware/<device>.json                   one Hardware each (ours: measured peaks)
+    preferred/<device>.json                  one Preferred each (measured choices per GPU)
     captures.jsonl                           one CaptureRecord per line (ours)
     blob/workloads/<definition>/<sha256>.safetensors
 
@@ -30,6 +31,7 @@ from ..schema import (
     CaptureRecord,
     Definition,
     Hardware,
+    Preferred,
     Roofline,
     Solution,
     Task,
@@ -53,6 +55,7 @@ class Dataset:
     tasks: dict[str, Task] = field(default_factory=dict)
     rooflines: dict[str, Roofline] = field(default_factory=dict)
     hardware: dict[str, Hardware] = field(default_factory=dict)  # by device name
+    preferred: dict[str, Preferred] = field(default_factory=dict)  # by device name
     captures: dict[str, CaptureRecord] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
@@ -173,6 +176,7 @@ def load_dataset(root: str | Path) -> Dataset:
         if hardware.device in dataset.hardware:
             dataset.problems.append(Problem(file, "device", "another file has this device"))
         dataset.hardware[hardware.device] = hardware
+    _load_preferred(dataset)
     _load_captures(dataset)
     return dataset
 
@@ -256,6 +260,35 @@ def _load_rooflines(dataset: Dataset) -> None:
         dataset.problems += found
         if not found:
             dataset.rooflines[roofline.definition] = roofline
+
+
+def _load_preferred(dataset: Dataset) -> None:
+    """``preferred/*.json``: one file per GPU, each choice a solution of its definition."""
+    for _, file, chosen in _json_files(dataset, "preferred/*.json", Preferred):
+        found = []
+        if chosen.device is None:
+            found.append(Problem(file, "device", "names no one GPU: a file is for one device"))
+        elif chosen.device in dataset.preferred:
+            found.append(Problem(file, "device", "another file has this device"))
+        seen = set()
+        for i, choice in enumerate(chosen.definitions):
+            where = f"definitions[{i}]"
+            if choice.definition not in dataset.definitions:
+                found.append(Problem(file, f"{where}.definition", "no such definition"))
+            if choice.definition in seen:
+                found.append(Problem(file, f"{where}.definition", "chosen twice"))
+            seen.add(choice.definition)
+            named = [(f"{where}.solution", choice.solution)]
+            named += [(f"{where}.versus[{j}]", v.solution) for j, v in enumerate(choice.versus)]
+            for field_name, name in named:
+                solution = dataset.solutions.get(name)
+                if solution is None or solution.definition != choice.definition:
+                    found.append(
+                        Problem(file, field_name, f"{name!r} is no solution of the definition")
+                    )
+        dataset.problems += found
+        if not found:
+            dataset.preferred[chosen.device] = chosen
 
 
 def _load_captures(dataset: Dataset) -> None:

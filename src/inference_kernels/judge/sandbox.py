@@ -17,11 +17,8 @@ network and UTS namespaces (and a user namespace when the judge is not root), wi
   compilers (g++, nvcc, ninja), the CUDA toolkit and torch's headers need nothing more:
   they are under ``/usr``, ``/usr/local`` and the Python installation, which stay visible
   read-only;
-- the driver's shared device nodes (``nvidiactl``, ``nvidia-uvm``...) and the node of its
-  lane's GPU alone (``/dev/nvidiaN``, N the GPU's minor number), nothing else of ``/dev``:
-  a worker cannot start work on another lane's GPU (slowing the solution timed there),
-  and CUDA shows it that GPU alone, as ``cuda:0`` (``CUDA_VISIBLE_DEVICES`` is set to its
-  UUID); where NVML cannot say the minor number, every GPU's node, as before;
+- the driver's shared device nodes and its lane's GPU node alone (``gpu_nodes.py``),
+  nothing else of ``/dev``;
 - an unprivileged identity of its own: as root, each worker gets a uid and gid no other
   process has (from UID_BASE on) and drops to it inside before it reads any solution code
   (``worker.drop_privileges``), so that its process limit and files are its alone; as
@@ -37,7 +34,6 @@ from __future__ import annotations
 import functools
 import glob
 import os
-import re
 import resource
 import secrets
 import shutil
@@ -45,6 +41,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .gpu_nodes import Gpu, nodes_for
 
 UID = GID = 65534  # nobody / nogroup: the identity inside a user namespace
 UID_BASE = 1_900_000_000  # as root, each worker's own uid and gid: UID_BASE + a random offset
@@ -69,47 +67,6 @@ PASS_ENV = (
     "INFERENCE_KERNELS_FAKE_GRAPH",  # tests only: the CPU stand-in for CUDA graphs (timing.py)
 )
 ALWAYS_HIDDEN = ("/tmp", "/var/tmp", "/run", "/var/run", "/root", "/home", "/dev/shm")
-GPU_NODE = re.compile(r"/dev/nvidia(\d+)")  # one GPU's node; the others are the driver's
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """What a worker's sandbox needs of its lane's GPU: its device node's minor number and
-    its UUID (for ``CUDA_VISIBLE_DEVICES``), each None where NVML or torch cannot say."""
-
-    minor: int | None
-    uuid: str | None
-
-
-@functools.cache
-def gpu_of(device: str) -> Gpu:
-    """The lane GPU ``device`` ("cuda:N", the referee's numbering)."""
-    import torch
-
-    from .clocks import nvml
-
-    found = nvml(torch.device(device))
-    if found is None:
-        return Gpu(None, None)
-    pynvml, handle = found
-    try:
-        minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
-        uuid = pynvml.nvmlDeviceGetUUID(handle)
-    except Exception:
-        return Gpu(None, None)
-    return Gpu(minor, uuid.decode() if isinstance(uuid, bytes) else str(uuid))
-
-
-def device_nodes(gpu: Gpu | None) -> list[str]:
-    """The NVIDIA device nodes bound into a CUDA worker's sandbox: every one but the other
-    GPUs' (all of them where the lane's minor number is not known)."""
-    nodes = []
-    for node in sorted(glob.glob("/dev/nvidia*")):
-        match = GPU_NODE.fullmatch(node)
-        if match and gpu is not None and gpu.minor is not None and int(match[1]) != gpu.minor:
-            continue
-        nodes.append(node)
-    return nodes
 
 
 def bwrap_path() -> str | None:
@@ -233,7 +190,7 @@ class Sandbox:
     ) -> list[str]:
         """bwrap's arguments (before ``--``) for a worker of the solution in ``package``,
         with its build folder ``build`` (writable if told) when it is compiled, and on CUDA
-        its lane's ``gpu`` alone when that is known."""
+        the driver's nodes and the node of its lane's ``gpu`` alone (``gpu_nodes.py``)."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         needed = _needed(self.secrets) + [package]
         if build is not None:
@@ -279,7 +236,7 @@ class Sandbox:
             args += mount
         args += after
         if cuda:
-            for node in device_nodes(gpu):
+            for node in nodes_for(gpu):
                 args += ["--dev-bind", node, node]
         if os.geteuid() == 0:  # the worker drops to UID itself, before any solution code
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -309,8 +266,10 @@ class Sandbox:
             "TORCH_EXTENSIONS_DIR": "/tmp/torch_extensions",
         }
         environment.update({k: os.environ[k] for k in PASS_ENV if k in os.environ})
-        if cuda and gpu is not None and gpu.uuid:  # its GPU, whatever the judge's numbering
-            environment["CUDA_VISIBLE_DEVICES"] = gpu.uuid
+        if cuda:  # its one GPU, by UUID, whatever the judge's numbering (gpu_nodes.py)
+            environment.pop("CUDA_VISIBLE_DEVICES", None)
+            if gpu is not None and gpu.uuid:
+                environment["CUDA_VISIBLE_DEVICES"] = gpu.uuid
         for key, value in environment.items():
             args += ["--setenv", key, value]
         return args

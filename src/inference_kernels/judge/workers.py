@@ -43,6 +43,7 @@ from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
 from . import cuda_ipc, protocol
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
+from .gpu_nodes import gpu_of
 from .loader import (
     Build,
     SolutionLoadError,
@@ -52,7 +53,7 @@ from .loader import (
     usable,
     write_package,
 )
-from .sandbox import Sandbox, apply_limits, gpu_of, identity, limits
+from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
 from .signals import belongs, running, signal_tree, signal_uid
 from .stopwatch import Stopwatch
@@ -309,7 +310,7 @@ class WorkerHandle:
                 gpu=gpu,
             )
             values = limits(sandbox.memory, uid)
-            if gpu is not None and gpu.uuid:  # the one GPU its sandbox shows
+            if gpu is not None:  # the one GPU its sandbox shows (gpu_nodes.py)
                 inside = "cuda:0"
         process = subprocess.Popen(
             command,

@@ -10,6 +10,7 @@ from ..schema import Hardware
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows
+from .sol import device_names
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
@@ -96,6 +97,7 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
         ranked = sorted((e for e in entries if e["cases"] == widest), key=lambda e: e["time_us"])
         best = ranked[0]
         reason = None
+        versus = []  # the ratio table: the chosen one against each other measured one
         if best["indicative"]:
             reason = "CPU wall-clock times are indicative only"
         else:
@@ -106,6 +108,14 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
             for other in ranked[1:]:
                 against = speedup_entry(
                     times[(definition, best["solution"])], times[(definition, other["solution"])]
+                )
+                versus.append(
+                    {
+                        "solution": other["solution"],
+                        "speedup": against["speedup"],
+                        "interval": against["interval"],
+                        "verdict": against["verdict"],
+                    }
                 )
                 if against["verdict"] != "faster":
                     reason = (
@@ -127,10 +137,44 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
                 "inputs": best["inputs"],
                 "scope": "fastest of the measured solutions that passed every judged workload, "
                 "significantly faster than each other; not a claim of global optimality",
+                "versus": versus,
             }
         )
     return {
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": _one_gpu(rows),
+        "source": _source(rows),
         "definitions": chosen,
         "undecided": undecided,
+    }
+
+
+def _one_gpu(rows: list[dict[str, Any]]) -> str | None:
+    """The GPU the environment rows name, when they name exactly one model."""
+    names = set(device_names(rows).values())
+    return names.pop() if len(names) == 1 else None
+
+
+def _source(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the choice was measured in: the environment rows' suites, regimes, GPUs,
+    versions and the judge's source hash (a dataset file keeps it beside the choices)."""
+    environments = [row for row in rows if row.get("type") == "environment"]
+
+    def each(get) -> list:
+        return sorted({str(v) for row in environments if (v := get(row)) is not None})
+
+    return {
+        "suite": each(lambda row: row.get("suite")),
+        "regime": each(lambda row: row.get("regime")),
+        "started_at": each(lambda row: row.get("started_at")),
+        "gpus": sorted(
+            {
+                (device.get("nvidia_smi") or {}).get("uuid", "")
+                for row in environments
+                for device in row.get("devices") or []
+            }
+            - {""}
+        ),
+        "torch": each(lambda row: (row.get("versions") or {}).get("torch")),
+        "judge": each(lambda row: (row.get("manifest") or {}).get("judge")),
     }
