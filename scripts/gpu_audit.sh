@@ -14,42 +14,10 @@
 # (give each part its own REPORT and OUT).
 #   device run: export INFERENCE_KERNELS_CONFIG=$PWD/results/ikconfig; bash scripts/gpu_audit.sh
 #
-# One run across calls: DETACH=1 starts the whole job (the fill when FILL=1, then the audit,
-# with no time limit) in a process session of its own, which outlives the call (the device
-# machine ends a call's processes, not a new session's), on a copy of the tree under STATE
-# (the next calls' copies of the working tree cannot touch it), and returns. WAIT=SECONDS
-# then waits up to that long for it (make each call within the machine's 30 s of idle),
-# prints its progress, and once it has ended copies its report and logs to $OUT and prints
-# the breakdown. One run has one preheat and no resume; in parts, each call paid its own.
-#   call 1:   FILL=1 DETACH=1 bash scripts/gpu_audit.sh
-#   call 2..: WAIT=580 OUT=$OUT bash scripts/gpu_audit.sh
+# One run across calls (one preheat, no resume; in parts each call paid its own): run it
+# under scripts/gpu_detach.sh, with PART_SECONDS=86400 and REPORT=$OUT/audit.jsonl.
 set -uo pipefail
 DEVICE=${DEVICE:-cuda}  # (cpu: to try the script itself on a machine without a GPU)
-STATE=${STATE:-/dev/shm/ikaudit}
-if [[ -n ${WAIT:-} ]]; then
-  waited=0
-  while [[ ! -e $STATE/rc ]] && (( waited < WAIT )); do sleep 5; waited=$(( waited + 5 )); done
-  [[ -e $STATE/started ]] || { echo "no detached audit under $STATE"; exit 2; }
-  echo "detached audit: $(( $(date +%s) - $(cat "$STATE/started") )) s since it started"
-  grep -h 'references rc=' "$STATE/job.log" 2>/dev/null
-  tail -n 2 "$STATE/out/audit.log" 2>/dev/null
-  [[ -e $STATE/rc ]] || { echo "still running"; exit 0; }
-  echo "ended: rc=$(cat "$STATE/rc")"
-  mkdir -p "${OUT:-results/audit}"
-  cp "$STATE/audit.jsonl" "$STATE/job.log" "$STATE/out/audit.log" "${OUT:-results/audit}/" 2>/dev/null
-  cat "$STATE/job.log"
-  exit 0
-fi
-if [[ ${DETACH:-0} == 1 ]]; then
-  rm -rf "$STATE" && mkdir -p "$STATE/tree"
-  cp -a src dataset scripts .whl "$STATE/tree/" 2>/dev/null
-  date +%s > "$STATE/started"
-  (cd "$STATE/tree" && DETACH=0 PART_SECONDS=86400 REPORT="$STATE/audit.jsonl" OUT="$STATE/out" \
-    setsid bash -c 'bash scripts/gpu_audit.sh; echo $? > "$0/rc"' "$STATE" \
-    < /dev/null > "$STATE/job.log" 2>&1 &)
-  echo "detached audit started under $STATE (FILL=${FILL:-0}; DEFINITIONS=${DEFINITIONS:-all})"
-  exit 0
-fi
 PART_SECONDS=${PART_SECONDS:-520}
 REPORT=${REPORT:-results/audit/audit.jsonl}
 # The cache in memory where there is room for it (the H200 machine's /dev/shm is 128 GB of
@@ -82,6 +50,8 @@ left=$(( PART_SECONDS - ($(date +%s) - began) ))
 if [[ -s $REPORT ]]; then again=--resume; else again=--overwrite; fi
 timeout "$left" python3 -m inference_kernels.cli run --device "$DEVICE" --suite all --methods graph \
   "${only[@]}" "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
-echo "audit part rc=$? seconds=$(( $(date +%s) - began ))"
+audited=$?
+echo "audit part rc=$audited seconds=$(( $(date +%s) - began ))"
 [[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
 python3 scripts/case_breakdown.py "$REPORT"
+exit "$audited"
