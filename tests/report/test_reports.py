@@ -379,3 +379,8 @@ def test_a_preferred_file_names_its_gpu_its_run_and_its_ratio_table_and_loads_in
     assert "NVIDIA H100" not in loaded.preferred
     found = [(p.file, p.field) for p in loaded.problems if p.file.startswith("preferred/")]
     assert found == [("preferred/h100.json", "definitions[0].solution")]
+    shown = CliRunner().invoke(app, ["show", "-d", name, "--dataset", str(root), "--json"])
+    assert shown.exit_code == 0, shown.output
+    (described,) = json.loads(shown.output)
+    assert described["preferred"]["NVIDIA H200"]["solution"] == "fast"
+    assert described["solutions"] == ["fast", f"torch_{name}"]

@@ -185,6 +185,15 @@ def _print_described(entry: dict) -> None:
         )
     task = entry["task"]
     console.print(f"{entry['workloads']} workloads", highlight=False)
+    console.print(f"solutions: {', '.join(entry['solutions']) or 'none'}", highlight=False)
+    for device, choice in entry["preferred"].items():
+        speedup = choice["speedup_over_baseline"]
+        console.print(
+            f"preferred on {device}: {choice['solution']} ({choice['time_us']:.1f} us"
+            + (f", {speedup:.2f}x the baseline" if speedup else "")
+            + f", {choice['workloads']} workloads, {choice['inputs']} inputs)",
+            highlight=False,
+        )
     if task:
         tolerance = ", ".join(f"{k} {v}" for k, v in task["tolerance"].items())
         console.print(

@@ -1,7 +1,8 @@
 """Everything a solution author needs to know of one definition, in one place: the call
 signature, every input and output with its shape and dtype, the axes (constant values,
 and the range the workloads span), constraints, the least work of a workload (its
-roofline, where the dataset has one), and the task's tolerance and timing."""
+roofline, where the dataset has one), the task's tolerance and timing, the solutions the
+dataset holds for it, and the one preferred on each GPU where the dataset says."""
 
 from __future__ import annotations
 
@@ -52,6 +53,19 @@ def describe(dataset: Dataset, name: str) -> dict[str, Any]:
         if (roofline := dataset.rooflines.get(name))
         else None,
         "workloads": len(workloads),
+        "solutions": sorted(s.name for s in dataset.solutions.values() if s.definition == name),
+        "preferred": {
+            device: {
+                "solution": choice.solution,
+                "time_us": choice.time_us,
+                "speedup_over_baseline": choice.speedup_over_baseline,
+                "workloads": choice.workloads,
+                "inputs": choice.inputs,
+            }
+            for device, chosen in sorted(dataset.preferred.items())
+            for choice in chosen.definitions
+            if choice.definition == name
+        },
         "task": None
         if task is None
         else {
