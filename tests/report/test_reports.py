@@ -384,3 +384,42 @@ def test_a_preferred_file_names_its_gpu_its_run_and_its_ratio_table_and_loads_in
     (described,) = json.loads(shown.output)
     assert described["preferred"]["NVIDIA H200"]["solution"] == "fast"
     assert described["solutions"] == ["fast", f"torch_{name}"]
+
+
+def test_our_kernels_are_set_against_the_fastest_library_path_of_each_definition():
+    from inference_kernels.report.compare import times_by_case
+    from inference_kernels.report.libraries import against_libraries
+
+    rows = [
+        case(solution, u, graph=time)
+        for solution, time in (
+            ("torch_d", 40.0),  # the baseline: a library path
+            ("compile_d", 20.0),  # the fastest library path
+            ("triton_d", 10.0),  # ours, twice as fast as the best library
+            ("cuda_d", 30.0),
+        )
+        for u in ("w1", "w2")
+    ]
+    rows += [case("fla_d", "w1", graph=1.0), case("fla_d", "w2", status="mismatch")]
+    rows += [
+        case(s, "w1", graph=t, definition="e") for s, t in (("torch_e", 5.0), ("triton_e", 6.0))
+    ]
+    table = solution_table(rows, {"d": "torch_d", "e": "torch_e"})
+    for entry in table:  # fractions of the speed of light, as a hardware table would give
+        entry["sol_fraction"], entry["bound"] = (
+            {"triton_d": 0.8, "torch_e": 0.2}.get(entry["solution"], 0.1),
+            "memory",
+        )
+    section = against_libraries(table, times_by_case(rows))
+    d, e = section["definitions"]
+    # fla_d failed a case: never the library's best, however fast its other case
+    assert (d["library"], d["ours"], d["fastest"]) == ("compile_d", "triton_d", "triton_d")
+    assert d["ours_over_library"]["speedup"] == pytest.approx(2.0)
+    assert d["ours_over_library"]["verdict"] == "faster"
+    assert (e["library"], e["ours"], e["fastest"]) == ("torch_e", "triton_e", "torch_e")
+    assert e["ours_over_library"]["speedup"] == pytest.approx(5 / 6)
+    assert section["sol_geomean"] == pytest.approx((0.8 * 0.2) ** 0.5)
+    assert section["below_floor"] == ["e"]
+    shown = performance_markdown({**summary(rows, {"d": "torch_d", "e": "torch_e"})})
+    assert "## Our kernels against the library paths" in shown
+    assert "| d | compile_d | 20.00 | triton_d | 10.00 | 2.00x" in shown

@@ -9,6 +9,8 @@ from typing import Any
 from ..schema import Hardware
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
+from .libraries import against_libraries
+from .libraries import markdown as libraries_markdown
 from .rows import case_rows
 from .sol import device_names
 from .tables import (
@@ -31,6 +33,7 @@ def summary(
     cases = case_rows(rows)
     environments = [row for row in rows if row.get("type") == "environment"]
     statuses = Counter(row["status"] for row in cases)
+    table = solution_table(rows, baselines, hardware)
     inputs = Counter(row.get("inputs", "unknown") for row in cases)
     return {
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -41,7 +44,8 @@ def summary(
         "definitions": len({row["definition"] for row in cases}),
         "workloads": len({(row["definition"], row.get("uuid")) for row in cases}),
         "environment": environments[-1] if environments else None,
-        "solutions": solution_table(rows, baselines, hardware),
+        "solutions": table,
+        "against_libraries": against_libraries(table, times_by_case(rows)),
     }
 
 
@@ -74,6 +78,9 @@ def performance_markdown(report: dict[str, Any]) -> str:
             f"| {entry['passed']}/{entry['cases']} "
             f"| {time_us} | {method_label(entry)} | {speedup} | {sol_label(entry)} |"
         )
+    section = report.get("against_libraries")
+    if section and any(row["ours"] and row["library"] for row in section["definitions"]):
+        lines += ["", *libraries_markdown(section)]
     return "\n".join(lines) + "\n"
 
 
