@@ -16,6 +16,7 @@ from typing import Any
 
 from .compare import Timed, speedup_entry
 from .rows import geomean
+from .tables import ranked as ranked_entries
 
 LIBRARY_PREFIXES = ("torch_", "compile_", "fla_", "flashinfer_")
 FLOOR = 0.3  # no definition's fastest solution below this fraction of its speed of light
@@ -31,16 +32,7 @@ def against_libraries(
     """From ``solution_table``'s entries and ``times_by_case``: one row per definition, and
     the geometric mean of the fastest solutions' fractions of their speed of light."""
     found = []
-    for definition in sorted({entry["definition"] for entry in table}):
-        complete = [
-            e
-            for e in table
-            if e["definition"] == definition and e["time_us"] and e["passed"] == e["cases"]
-        ]
-        if not complete:
-            continue
-        widest = max(e["cases"] for e in complete)
-        ranked = sorted((e for e in complete if e["cases"] == widest), key=lambda e: e["time_us"])
+    for definition, ranked in ranked_entries(table).items():
         library = next((e for e in ranked if is_library(e["solution"])), None)
         ours = next((e for e in ranked if not is_library(e["solution"])), None)
         row: dict[str, Any] = {

@@ -23,6 +23,7 @@ from .tables import (
     solution_table,
     speedup_label,
 )
+from .tables import ranked as ranked_entries
 
 
 def summary(
@@ -92,16 +93,7 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
     chosen, undecided = [], []
     table = solution_table(rows, baselines)
     times = times_by_case(rows)
-    for definition in sorted({entry["definition"] for entry in table}):
-        entries = [
-            e
-            for e in table
-            if e["definition"] == definition and e["time_us"] and e["passed"] == e["cases"]
-        ]
-        if not entries:
-            continue
-        widest = max(e["cases"] for e in entries)
-        ranked = sorted((e for e in entries if e["cases"] == widest), key=lambda e: e["time_us"])
+    for definition, ranked in ranked_entries(table).items():
         best = ranked[0]
         reason = None
         versus = []  # the ratio table: the chosen one against each other measured one

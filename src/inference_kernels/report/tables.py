@@ -69,6 +69,23 @@ def solution_table(
     return table
 
 
+def ranked(table: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per definition, the entries that may be chosen, fastest first: those with a time
+    that passed every case they ran, among them those over the most workloads."""
+    found = {}
+    for definition in sorted({entry["definition"] for entry in table}):
+        complete = [
+            e
+            for e in table
+            if e["definition"] == definition and e["time_us"] and e["passed"] == e["cases"]
+        ]
+        if complete:
+            widest = max(e["cases"] for e in complete)
+            widest_first = (e for e in complete if e["cases"] == widest)
+            found[definition] = sorted(widest_first, key=lambda e: e["time_us"])
+    return found
+
+
 def sol_label(entry: dict[str, Any]) -> str:
     """An entry's fraction of its speed of light as tables show it, e.g. "0.72 (memory)"."""
     if not entry.get("sol_fraction"):
