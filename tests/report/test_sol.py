@@ -2,6 +2,8 @@
 from the hardware table of the GPU the environment rows name, and none where that is
 unclear."""
 
+import pytest
+
 from inference_kernels.report.sol import device_names, fractions
 from inference_kernels.schema import Hardware
 
@@ -68,7 +70,13 @@ def test_summary_gives_each_solution_its_geomean_fraction_and_bound():
     assert "| 0.63 (memory) |" in performance_markdown(report)
     (unknown,) = summary(rows, {}, {})["solutions"]  # no table for the GPU: no fraction
     assert unknown["sol_fraction"] is None
-    assert performance_markdown(summary(rows, {}, {})).rstrip().endswith("| - |")
+    # the rates achieved need no table: 40 MB in 20 and 12.5 us, 2.0 and 3.2 TB/s
+    assert unknown["tb_s"] == pytest.approx((2.0 * 3.2) ** 0.5)
+    assert (
+        performance_markdown(summary(rows, {}, {}))
+        .rstrip()
+        .endswith("| - | 6.32e-08 TFLOP/s, 2.53 TB/s |")
+    )
 
 
 def test_compare_gives_both_sides_their_fraction_on_the_paired_workloads():
@@ -84,3 +92,5 @@ def test_compare_gives_both_sides_their_fraction_on_the_paired_workloads():
     assert entry["against_sol_fraction"] == 0.25
     (unknown,) = comparison(rows, None, {"d": "base"})  # no hardware: none
     assert unknown["sol_fraction"] is None and unknown["against_sol_fraction"] is None
+    # the rates achieved on the paired workload, with or without a table: 2 and 1 TB/s
+    assert (unknown["tb_s"], unknown["against_tb_s"]) == pytest.approx((2.0, 1.0))

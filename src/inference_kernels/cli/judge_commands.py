@@ -14,6 +14,7 @@ from rich.table import Table
 
 from .. import schema
 from ..errors import DatasetError
+from ..report.sol import rates_label
 from ..report.tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
@@ -432,6 +433,7 @@ def compare(
         "range",
         "faster",
         "speed of light",
+        "achieved",
     )
     for column in columns:
         view.add_column(column)
@@ -451,6 +453,7 @@ def compare(
             spread,
             f"{entry['faster']}/{entry['pairs']}",
             _light(entry),
+            f"{rates_label(entry)} / {rates_label(entry, 'against_')}",
         )
     console.print(view)
     notes = [INTERVAL_NOTE, STAND_IN_NOTE]

@@ -18,7 +18,7 @@ from .rows import (
     indicative,
     regime,
 )
-from .sol import fractions
+from .sol import achieved, fractions
 
 
 class Timed(NamedTuple):
@@ -125,7 +125,8 @@ def comparison(
     """Speedups of ``solution`` (default: each one) over ``against`` (default: the task
     baseline), within one results file or, given ``second``, of ``first`` over ``second``
     (same solution name unless ``against`` says otherwise); with ``hardware``, each side's
-    geometric-mean fraction of the speed of light on the paired workloads (``sol.py``)."""
+    geometric-mean fraction of the speed of light on the paired workloads (``sol.py``), and
+    the rates each side's least work achieved there (``tflop_s``, ``tb_s``, ``against_...``)."""
     new = times_by_case(first)
     old = times_by_case(second) if second is not None else new
     pairs = []
@@ -144,17 +145,21 @@ def comparison(
     table = paired(new, old, pairs, inputs)
     light_new = fractions(first, hardware or {})
     light_old = light_new if second is None else fractions(second, hardware or {})
+    rated_new = achieved(first)
+    rated_old = rated_new if second is None else achieved(second)
     for entry, (definition, name, other) in zip(table, pairs, strict=True):
         mine, theirs = new.get((definition, name), {}), old.get((definition, other), {})
         shared = [u for u in mine if u in theirs]
-        for key, light, who in (
-            ("sol_fraction", light_new, name),
-            ("against_sol_fraction", light_old, other),
+        for key, field, light, who in (
+            ("sol_fraction", "fraction", light_new, name),
+            ("against_sol_fraction", "fraction", light_old, other),
+            ("tflop_s", "tflop_s", rated_new, name),
+            ("tb_s", "tb_s", rated_new, name),
+            ("against_tflop_s", "tflop_s", rated_old, other),
+            ("against_tb_s", "tb_s", rated_old, other),
         ):
             found = [
-                light[definition, who, u]["fraction"]
-                for u in shared
-                if (definition, who, u) in light
+                light[definition, who, u][field] for u in shared if (definition, who, u) in light
             ]
             entry[key] = geomean(found)
     return table

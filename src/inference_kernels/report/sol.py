@@ -1,6 +1,7 @@
 """How close each timed case came to its speed of light: its workload's least work (the
 row's ``work``, dataset/rooflines.py) held to its device's measured peaks (the dataset's
-hardware table for the GPU the environment row names), over the case's time.
+hardware table for the GPU the environment row names), over the case's time; and the rates
+it achieved (the least work's FLOPs and bytes over its time), which need no table.
 
 Computed when a report is made, not stored: peaks measured again change every fraction,
 not one row of them. A case gets none where its row has no counts, its device no table,
@@ -51,3 +52,27 @@ def fractions(
             "limit_us": limit.us,
         }
     return found
+
+
+def achieved(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """(definition, solution, uuid) -> {"tflop_s", "tb_s"}: the least work's FLOPs and
+    bytes over the case's time, for each timed case with counts."""
+    found = {}
+    for row in case_rows(rows):
+        work, measured = row.get("work") or {}, case_time(row)
+        if not measured or work.get("flops") is None or work.get("bytes") is None:
+            continue
+        seconds = measured[0] * 1e-6
+        found[(row["definition"], row["solution"], row["uuid"])] = {
+            "tflop_s": work["flops"] / seconds / 1e12,
+            "tb_s": work["bytes"] / seconds / 1e12,
+        }
+    return found
+
+
+def rates_label(entry: dict[str, Any], prefix: str = "") -> str:
+    """An entry's achieved rates as tables show them, e.g. "412 TFLOP/s, 1.23 TB/s"."""
+    flops, moved = entry.get(f"{prefix}tflop_s"), entry.get(f"{prefix}tb_s")
+    if not flops and not moved:
+        return "-"
+    return f"{flops or 0:.3g} TFLOP/s, {moved or 0:.3g} TB/s"

@@ -12,7 +12,7 @@ from .compare import speedup_entry, times_by_case
 from .libraries import against_libraries
 from .libraries import markdown as libraries_markdown
 from .rows import case_rows
-from .sol import device_names
+from .sol import device_names, rates_label
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
@@ -68,8 +68,8 @@ def performance_markdown(report: dict[str, Any]) -> str:
         + SOL_NOTE,
         "",
         "| definition | solution | inputs | passed | time (us) | method | speedup "
-        "| speed of light |",
-        "|---|---|---|---:|---:|---|---:|---:|",
+        "| speed of light | achieved |",
+        "|---|---|---|---:|---:|---|---:|---:|---:|",
     ]
     for entry in report["solutions"]:
         time_us = f"{entry['time_us']:.2f}" if entry["time_us"] else "-"
@@ -77,7 +77,8 @@ def performance_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {entry['definition']} | {entry['solution']} | {inputs_label(entry['inputs'])} "
             f"| {entry['passed']}/{entry['cases']} "
-            f"| {time_us} | {method_label(entry)} | {speedup} | {sol_label(entry)} |"
+            f"| {time_us} | {method_label(entry)} | {speedup} | {sol_label(entry)} "
+            f"| {rates_label(entry)} |"
         )
     section = report.get("against_libraries")
     if section and any(row["ours"] and row["library"] for row in section["definitions"]):

@@ -10,7 +10,7 @@ from ..stats import GPUS_DIFFER, NO_DIFFERENCE, REGIMES_DIFFER
 from ..statuses import PASSED
 from .compare import speedup_entry, times_by_case
 from .rows import case_rows, geomean, indicative, regime
-from .sol import fractions
+from .sol import achieved, fractions
 
 
 def solution_table(
@@ -25,13 +25,15 @@ def solution_table(
     95% interval (``speedup_interval``) and verdict (``significance``); ``indicative`` marks
     CPU wall-clock times; ``regime`` is the device state the times were taken in;
     ``sol_fraction`` the geometric mean of the passed cases' fractions of their speed of
-    light (``sol.py``, with ``hardware``) and ``bound`` what bounds most of them.
+    light (``sol.py``, with ``hardware``) and ``bound`` what bounds most of them;
+    ``tflop_s`` and ``tb_s`` the geometric means of the rates their least work achieved.
     """
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in case_rows(rows):
         grouped[(row["definition"], row["solution"])].append(row)
     times = times_by_case(rows)
     limits = fractions(rows, hardware or {})
+    rated = achieved(rows)
     table = []
     for (definition, solution), group in grouped.items():
         statuses = Counter(row["status"] for row in group)
@@ -46,6 +48,11 @@ def solution_table(
             if r["status"] == PASSED and (definition, solution, r["uuid"]) in limits
         ]
         bounds = Counter(entry["bound"] for entry in light)
+        rates = [
+            rated[(definition, solution, r["uuid"])]
+            for r in group
+            if r["status"] == PASSED and (definition, solution, r["uuid"]) in rated
+        ]
         table.append(
             {
                 "definition": definition,
@@ -64,6 +71,8 @@ def solution_table(
                 "inputs": ", ".join(sorted(inputs)),
                 "sol_fraction": geomean([entry["fraction"] for entry in light]),
                 "bound": bounds.most_common(1)[0][0] if bounds else None,
+                "tflop_s": geomean([entry["tflop_s"] for entry in rates]),
+                "tb_s": geomean([entry["tb_s"] for entry in rates]),
             }
         )
     return table
