@@ -5,7 +5,9 @@ the baseline's main.py unchanged as baseline.py, and a main.py that compiles its
 one traced region are here: no host loop over data (GDN prefill, the grouped GEMMs, the QSA
 index read values on the host), no loop over chunks of a dynamic size (sparse MLA,
 neighborhood attention), and not the GEMMs and dense attentions, whose baseline is one
-cuBLAS or cuDNN call already.
+cuBLAS or cuDNN call already. Each of the four traces to one graph with no break
+(``torch._dynamo.explain`` on its smallest workload, on the CPU, December 4); they are
+compiled with ``fullgraph=True``, so that a break is an error rather than eager code.
 
     python scripts/compile_candidates.py            # write them
     python scripts/compile_candidates.py --check    # exit 1 where one is not what it would write
@@ -27,13 +29,14 @@ DEFINITIONS = (
 )
 MAIN = '''"""torch.compile (default mode) of the task's plain-PyTorch baseline, which is baseline.py
 unchanged: what a user gets from one line. Each call goes through Dynamo's guards; the
-first call of a new shape compiles (automatic dynamic shapes from the second)."""
+first call of a new shape compiles (automatic dynamic shapes from the second). One graph
+(fullgraph): a break would otherwise run part of it eagerly, unsaid."""
 
 import torch
 
 from .baseline import run as _baseline
 
-run = torch.compile(_baseline)
+run = torch.compile(_baseline, fullgraph=True)
 '''
 
 

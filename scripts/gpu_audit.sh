@@ -35,8 +35,9 @@ for name in ${DEFINITIONS:-}; do only+=(-d "$name"); done
 if [[ ${REFERENCES:-0} == 1 || ${FILL:-0} == 1 ]]; then
   timeout "$PART_SECONDS" python3 -m inference_kernels.cli reference --suite all --device "$DEVICE" \
     "${only[@]}" --cache "$CACHE" > "$OUT/references.log" 2>&1
-  echo "references rc=$? seconds=$(( $(date +%s) - began ))"
-  [[ ${REFERENCES:-0} == 1 ]] && exit 0
+  filled=$?
+  echo "references rc=$filled seconds=$(( $(date +%s) - began ))"
+  [[ ${REFERENCES:-0} == 1 ]] && exit "$filled"
 fi
 # the audit judges each definition's baseline (task files), not our other kernels
 mapfile -t baselines < <(DEFINITIONS="${DEFINITIONS:-}" python3 -c "
@@ -47,11 +48,13 @@ for path in sorted(pathlib.Path('dataset/tasks').glob('*.json')):
     if not wanted or task['definition'] in wanted:
         print('-s'); print(task['baseline'])")
 left=$(( PART_SECONDS - ($(date +%s) - began) ))
+(( left >= 1 )) || left=1  # (timeout 0 would be no limit at all)
 if [[ -s $REPORT ]]; then again=--resume; else again=--overwrite; fi
 timeout "$left" python3 -m inference_kernels.cli run --device "$DEVICE" --suite all --methods graph \
   "${only[@]}" "${baselines[@]}" --cache "$CACHE" --report "$REPORT" $again > "$OUT/audit.log" 2>&1
 audited=$?
 echo "audit part rc=$audited seconds=$(( $(date +%s) - began ))"
+(( audited == 124 )) && audited=0  # a part ends at its time limit by design; resume it
 [[ $REPORT -ef $OUT/audit.jsonl ]] || cp "$REPORT" "$OUT/audit.jsonl"
 python3 scripts/case_breakdown.py "$REPORT"
 exit "$audited"

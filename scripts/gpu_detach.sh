@@ -5,7 +5,8 @@
 # its own: `start` runs the job so (setsid), on a copy of src/, dataset/, scripts/ and .whl/
 # under STATE (later calls' copies of the working tree cannot touch it), with OUT=$STATE/out
 # for its files, ORIGIN the call's working tree (to copy a report in, to resume it), and
-# INFERENCE_KERNELS_CONFIG copied under STATE (the judge's key must outlive the call's tree).
+# INFERENCE_KERNELS_CONFIG under STATE (the judge's key must outlive the call's tree; an
+# existing key folder is copied there).
 # `wait SECONDS` waits up to that long, prints the job's last lines, and copies the files of
 # $STATE/out and its log to $OUT (every time: a lost machine loses only what came after).
 #   call 1:   bash scripts/gpu_detach.sh start 'FILL=1 PART_SECONDS=86400 REPORT=$OUT/audit.jsonl bash scripts/gpu_audit.sh'
@@ -23,16 +24,16 @@ start)
   rm -rf "$STATE" && mkdir -p "$STATE/tree" "$STATE/out" || exit 2
   cp -a src dataset scripts "$STATE/tree/" || exit 2
   if [[ -d .whl ]]; then cp -a .whl "$STATE/tree/" || exit 2; fi
-  if [[ -d ${INFERENCE_KERNELS_CONFIG:-} ]]; then
-    cp -a "$INFERENCE_KERNELS_CONFIG" "$STATE/config" && export INFERENCE_KERNELS_CONFIG=$STATE/config
+  if [[ -d ${INFERENCE_KERNELS_CONFIG:-} ]]; then  # else the job makes its key there
+    cp -a "$INFERENCE_KERNELS_CONFIG" "$STATE/config" || exit 2
   fi
+  export INFERENCE_KERNELS_CONFIG=$STATE/config
   date +%s > "$STATE/started"
   export OUT=$STATE/out ORIGIN=$PWD STATE
   # shellcheck disable=SC2016  # $1 and $? are the job's
   (cd "$STATE/tree" || exit
-   setsid bash -c 'bash -c "$1"; echo $? > "$STATE/rc.tmp" && mv "$STATE/rc.tmp" "$STATE/rc"' \
-     job "$*" < /dev/null > "$STATE/job.log" 2>&1 &
-   echo $! > "$STATE/pid")
+   setsid bash -c 'echo $$ > "$STATE/pid"; bash -c "$1"; echo $? > "$STATE/rc.tmp" && mv "$STATE/rc.tmp" "$STATE/rc"' \
+     job "$*" < /dev/null > "$STATE/job.log" 2>&1 &)
   sleep 1
   alive || [[ -e $STATE/rc ]] || { echo "the job did not start"; cat "$STATE/job.log"; exit 2; }
   echo "started under $STATE (pid $(cat "$STATE/pid")): $*"

@@ -273,7 +273,7 @@ class PreferredChoice(Strict):
     workloads: int = Field(ge=1)
     speedup_over_baseline: float | None
     speedup_interval: list[float] | None
-    inputs: str  # "stand-in", "captured" or "mixed": what the times were measured on
+    inputs: str  # the inputs' origins, e.g. "stand-in" or "captured, stand-in"
     scope: str
     versus: list[Versus] = []
 

@@ -404,13 +404,17 @@ def test_our_kernels_are_set_against_the_fastest_library_path_of_each_definition
     rows += [
         case(s, "w1", graph=t, definition="e") for s, t in (("torch_e", 5.0), ("triton_e", 6.0))
     ]
+    # a candidate named like a library path, faster than all: not the dataset's, not counted
+    rows += [case("compile_fake", u, graph=0.5) for u in ("w1", "w2")]
+    kind = {name: "library" for name in ("torch_d", "compile_d", "fla_d", "torch_e")}
+    kind |= {name: "ours" for name in ("triton_d", "cuda_d", "triton_e")}
     table = solution_table(rows, {"d": "torch_d", "e": "torch_e"})
     for entry in table:  # fractions of the speed of light, as a hardware table would give
         entry["sol_fraction"], entry["bound"] = (
             {"triton_d": 0.8, "torch_e": 0.2}.get(entry["solution"], 0.1),
             "memory",
         )
-    section = against_libraries(table, times_by_case(rows))
+    section = against_libraries(table, times_by_case(rows), kind)
     d, e = section["definitions"]
     # fla_d failed a case: never the library's best, however fast its other case
     assert (d["library"], d["ours"], d["fastest"]) == ("compile_d", "triton_d", "triton_d")
@@ -419,7 +423,11 @@ def test_our_kernels_are_set_against_the_fastest_library_path_of_each_definition
     assert (e["library"], e["ours"], e["fastest"]) == ("torch_e", "triton_e", "torch_e")
     assert e["ours_over_library"]["speedup"] == pytest.approx(5 / 6)
     assert section["sol_geomean"] == pytest.approx((0.8 * 0.2) ** 0.5)
-    assert section["below_floor"] == ["e"]
-    shown = performance_markdown({**summary(rows, {"d": "torch_d", "e": "torch_e"})})
+    assert section["below_floor"] == ["e"] and section["without_sol"] == []
+    shown = performance_markdown(summary(rows, {"d": "torch_d", "e": "torch_e"}, None, kind))
     assert "## Our kernels against the library paths" in shown
     assert "| d | compile_d | 20.00 | triton_d | 10.00 | 2.00x" in shown
+    assert "| compile_fake" not in shown.split("## Our kernels")[1]
+    # no fraction (no hardware table): not counted as under the floor, listed apart
+    unknown = against_libraries(solution_table(rows, {"d": "torch_d"}), times_by_case(rows), kind)
+    assert unknown["below_floor"] == [] and unknown["without_sol"] == ["d", "e"]

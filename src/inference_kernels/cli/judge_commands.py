@@ -369,13 +369,16 @@ def _baselines(dataset: Path | None) -> dict[str, str]:
     return _tables(dataset)[0]
 
 
-def _tables(dataset: Path | None) -> tuple[dict[str, str], dict]:
-    """The dataset's task baselines and hardware tables (none where it does not load)."""
+def _tables(dataset: Path | None) -> tuple[dict[str, str], dict, dict[str, str]]:
+    """The dataset's task baselines, hardware tables and solution kinds (library path or
+    ours; none where it does not load)."""
+    from ..report.libraries import kinds
+
     try:
         loaded = _load(dataset)
     except DatasetError:
-        return {}, {}
-    return task_baselines(loaded), dict(loaded.hardware)
+        return {}, {}, {}
+    return task_baselines(loaded), dict(loaded.hardware), kinds(loaded.solutions.values())
 
 
 def task_baselines(loaded) -> dict[str, str]:
@@ -416,7 +419,7 @@ def compare(
 
     rows = _read(first)
     other = _read(second) if second else None
-    baselines, hardware = _tables(dataset)
+    baselines, hardware, _ = _tables(dataset)
     table = comparison(rows, other, baselines, solution, against, hardware)
     if as_json:
         print(json.dumps(table, indent=2))

@@ -12,7 +12,9 @@ and ``CUDA_VISIBLE_DEVICES`` names it by UUID whatever the judge's numbering. Un
 twenty-first session every ``/dev/nvidia*`` node was bound: on a host of several GPUs a
 solution judged in one lane could run work on the GPU where another lane timed a rival.
 Where the lane's GPU cannot be identified and the host has more than one GPU node, no
-worker starts (it would see every GPU).
+worker starts (it would see every GPU): each case of the lane then fails to load, its
+error naming the judge's environment. MIG slices are not supported (their UUIDs are not
+GPUs', and they need the driver's capability nodes): their workers fail to start CUDA.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ SHARED = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 class GpuNotIsolated(SolutionLoadError):
     """The lane's GPU cannot be told from the others: the judge's environment, not the
-    solution (every case of the lane says so)."""
+    solution (every case of the lane fails to load, and its error says so)."""
 
 
 @dataclass(frozen=True)
@@ -114,20 +116,25 @@ def nodes_for(
     gpu: Gpu | None,
     found: dict[int, str] | None = None,
     present: Callable[[str], bool] | None = None,
-) -> list[str]:
-    """The nodes a CUDA worker of ``gpu``'s lane gets (``found``: the host's GPU nodes;
-    ``present``: whether a shared node exists)."""
+) -> list[tuple[str, str]]:
+    """(host node, its path in the sandbox) for each node a CUDA worker of ``gpu``'s lane
+    gets (``found``: the host's GPU nodes; ``present``: whether a shared node exists). The
+    GPU's node is bound where the driver's library opens it, ``/dev/nvidia<minor>``,
+    whatever its name on the host."""
     gpus = gpu_nodes() if found is None else found
     present = present or os.path.exists
     minor = None if gpu is None else gpu.minor
+    if minor is None and len(gpus) == 1:
+        minor = next(iter(gpus))
     if minor is not None and minor in gpus:
-        own = [gpus[minor]]
-    elif minor is None and len(gpus) <= 1:
-        own = list(gpus.values())
+        own = [(gpus[minor], f"/dev/nvidia{minor}")]
+    elif minor is None and not gpus:
+        own = []
     else:
         raise GpuNotIsolated(
-            f"the sandbox cannot tell this lane's GPU node among {len(gpus)} "
+            f"the judge's environment, not the solution: the sandbox cannot tell this "
+            f"lane's GPU node among {len(gpus)} "
             f"(minor {minor}; NVML and /proc/driver/nvidia did not say): a worker would "
             "reach every GPU of the host, so none starts"
         )
-    return [node for node in SHARED if present(node)] + own
+    return [(node, node) for node in SHARED if present(node)] + own

@@ -236,8 +236,8 @@ class Sandbox:
             args += mount
         args += after
         if cuda:
-            for node in nodes_for(gpu):
-                args += ["--dev-bind", node, node]
+            for node, inside in nodes_for(gpu):
+                args += ["--dev-bind", node, inside]
         if os.geteuid() == 0:  # the worker drops to UID itself, before any solution code
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         else:

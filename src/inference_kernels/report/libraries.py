@@ -1,40 +1,48 @@
 """Our kernels against the library paths a user would pick (issue 14), per definition.
 
-A solution is a library path when its name says so (LIBRARY_PREFIXES: the plain-PyTorch
-baseline, which is cuBLAS or cuDNN through torch where one call does the work;
-torch.compile; fla-core; FlashInfer), ours otherwise (triton_, cuda_, cpp_). For each
+Among the dataset's own solutions (never a candidate: a candidate file may name itself
+anything the dataset does not hold): a Python solution is a library path (the
+plain-PyTorch baseline, which is cuBLAS or cuDNN through torch where one call does the
+work; torch.compile; fla-core; FlashInfer), a Triton, CUDA or C++ one is ours. For each
 definition: the fastest of each kind (of the solutions that passed every case they ran,
 over the most workloads), ours over the library's as a paired speedup with its 95%
-interval and verdict (compare.py), and the fraction of the speed of light of the fastest
-of all. The geometric mean of those fractions over the definitions, and the definitions
-under FLOOR, are the issue's acceptance figures.
+interval and verdict (compare.py), and the fraction of the speed of light of the fastest of
+the dataset's solutions. The geometric mean of those fractions over the definitions, and
+the definitions under FLOOR, are the issue's acceptance figures.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from ..schema import Solution
 from .compare import Timed, speedup_entry
 from .rows import geomean
 from .tables import ranked as ranked_entries
 
-LIBRARY_PREFIXES = ("torch_", "compile_", "fla_", "flashinfer_")
 FLOOR = 0.3  # no definition's fastest solution below this fraction of its speed of light
+OURS = ("triton", "cuda", "cpp")
 
 
-def is_library(solution: str) -> bool:
-    return solution.startswith(LIBRARY_PREFIXES)
+def kinds(solutions: Iterable[Solution]) -> dict[str, str]:
+    """Each dataset solution's kind: "library" (Python) or "ours" (Triton, CUDA, C++)."""
+    return {s.name: "ours" if s.spec.language in OURS else "library" for s in solutions}
 
 
 def against_libraries(
-    table: list[dict[str, Any]], times: dict[tuple[str, str], dict[str, Timed]]
+    table: list[dict[str, Any]],
+    times: dict[tuple[str, str], dict[str, Timed]],
+    kind: dict[str, str],
 ) -> dict[str, Any]:
-    """From ``solution_table``'s entries and ``times_by_case``: one row per definition, and
-    the geometric mean of the fastest solutions' fractions of their speed of light."""
+    """From ``solution_table``'s entries, ``times_by_case`` and the dataset's ``kinds``: one
+    row per definition, and the geometric mean of the fastest solutions' fractions of
+    their speed of light."""
     found = []
-    for definition, ranked in ranked_entries(table).items():
-        library = next((e for e in ranked if is_library(e["solution"])), None)
-        ours = next((e for e in ranked if not is_library(e["solution"])), None)
+    ours_only = [entry for entry in table if entry["solution"] in kind]
+    for definition, ranked in ranked_entries(ours_only).items():
+        library = next((e for e in ranked if kind[e["solution"]] == "library"), None)
+        ours = next((e for e in ranked if kind[e["solution"]] == "ours"), None)
         row: dict[str, Any] = {
             "definition": definition,
             "library": library and library["solution"],
@@ -59,7 +67,10 @@ def against_libraries(
         "definitions": found,
         "sol_geomean": geomean(fractions),
         "with_sol": len(fractions),
-        "below_floor": [r["definition"] for r in found if (r["sol_fraction"] or 0) < FLOOR],
+        "below_floor": [
+            r["definition"] for r in found if r["sol_fraction"] and r["sol_fraction"] < FLOOR
+        ],
+        "without_sol": [r["definition"] for r in found if not r["sol_fraction"]],
     }
 
 
@@ -68,10 +79,11 @@ def markdown(section: dict[str, Any]) -> list[str]:
     lines = [
         "## Our kernels against the library paths",
         "",
-        "Per definition, the fastest library path (plain PyTorch: cuBLAS or cuDNN through "
-        "torch; torch.compile; fla-core; FlashInfer) and the fastest of our kernels, each "
-        "of the solutions that passed every case they ran; ours over the library's is a "
-        "paired speedup (95% interval); the speed of light is the fastest solution's.",
+        "Per definition, among the dataset's solutions (not candidates), the fastest library "
+        "path (Python: plain PyTorch, which is cuBLAS or cuDNN through torch; torch.compile; "
+        "fla-core; FlashInfer) and the fastest of our kernels (Triton, CUDA, C++), each of "
+        "the solutions that passed every case they ran; ours over the library's is a paired "
+        "speedup (95% interval); the speed of light is the fastest solution's.",
         "",
         "| definition | library | us | ours | us | ours over library | fastest | speed of light |",
         "|---|---|---:|---|---:|---:|---|---:|",
@@ -94,7 +106,14 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
         f"Speed of light, geometric mean over {section['with_sol']} definitions: "
         + (f"{geo:.2f}" if geo else "-")
-        + f"; under {FLOOR}: {', '.join(section['below_floor']) or 'none'}.",
+        + f"; under {FLOOR}: {', '.join(section['below_floor']) or 'none'}"
+        + (
+            f"; without a fraction (no counts, or no hardware table): "
+            f"{', '.join(section['without_sol'])}"
+            if section["without_sol"]
+            else ""
+        )
+        + ".",
         "",
     ]
     return lines

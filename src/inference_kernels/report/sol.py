@@ -73,6 +73,7 @@ def achieved(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str,
 def rates_label(entry: dict[str, Any], prefix: str = "") -> str:
     """An entry's achieved rates as tables show them, e.g. "412 TFLOP/s, 1.23 TB/s"."""
     flops, moved = entry.get(f"{prefix}tflop_s"), entry.get(f"{prefix}tb_s")
-    if not flops and not moved:
+    if flops is None and moved is None:
         return "-"
-    return f"{flops or 0:.3g} TFLOP/s, {moved or 0:.3g} TB/s"
+    shown = (f"{x:.3g}" if x is not None else "-" for x in (flops, moved))
+    return "{} TFLOP/s, {} TB/s".format(*shown)

@@ -12,7 +12,7 @@ from .compare import speedup_entry, times_by_case
 from .libraries import against_libraries
 from .libraries import markdown as libraries_markdown
 from .rows import case_rows
-from .sol import device_names, rates_label
+from .sol import rates_label
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
@@ -30,7 +30,10 @@ def summary(
     rows: list[dict[str, Any]],
     baselines: dict[str, str],
     hardware: dict[str, Hardware] | None = None,
+    kinds: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The run's coverage, statuses and environment, each solution's entry, and (with the
+    dataset's solution ``kinds``, libraries.kinds) our kernels against the library paths."""
     cases = case_rows(rows)
     environments = [row for row in rows if row.get("type") == "environment"]
     statuses = Counter(row["status"] for row in cases)
@@ -46,7 +49,7 @@ def summary(
         "workloads": len({(row["definition"], row.get("uuid")) for row in cases}),
         "environment": environments[-1] if environments else None,
         "solutions": table,
-        "against_libraries": against_libraries(table, times_by_case(rows)),
+        "against_libraries": against_libraries(table, times_by_case(rows), kinds or {}),
     }
 
 
@@ -150,8 +153,14 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
 
 
 def _one_gpu(rows: list[dict[str, Any]]) -> str | None:
-    """The GPU the environment rows name, when they name exactly one model."""
-    names = set(device_names(rows).values())
+    """The GPU the environment rows name, when they name exactly one model (over every
+    device they list, a device named for two models included)."""
+    names = {
+        (device.get("nvidia_smi") or {}).get("name")
+        for row in rows
+        if row.get("type") == "environment"
+        for device in row.get("devices") or []
+    } - {None}
     return names.pop() if len(names) == 1 else None
 
 
