@@ -43,7 +43,7 @@ from ..dtypes import TORCH_DTYPES
 from ..schema import Definition, Solution
 from . import cuda_ipc, protocol
 from .channel import Channel, ChannelClosed, ChannelTimeout, ProtocolError, close_fds, pair
-from .gpu_nodes import gpu_of
+from .gpu_nodes import gpu_of, nodes_for
 from .loader import (
     Build,
     SolutionLoadError,
@@ -285,6 +285,10 @@ class WorkerHandle:
         uid: int | None,
         claim: BuildClaim | None,
     ) -> WorkerHandle:
+        gpu = None
+        if sandbox is not None and device.type == "cuda":
+            gpu = gpu_of(str(device))
+            nodes_for(gpu)  # GpuNotIsolated before anything is written or started
         key = hashlib.sha256(solution.name.encode()).hexdigest()[:10]
         log = folder / "logs" / f"{lane.replace(':', '')}-worker-{key}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +303,6 @@ class WorkerHandle:
         inside = str(device)  # the worker's name for its device
         if sandbox is not None:
             build = None if claim is None else claim.build
-            gpu = gpu_of(str(device)) if device.type == "cuda" else None
             command = sandbox.worker_command(
                 package,
                 device.type == "cuda",
