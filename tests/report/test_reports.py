@@ -176,6 +176,7 @@ def test_compare_and_preferred_commands_label_stand_in_inputs(tmp_path):
     chosen = runner.invoke(app, ["preferred", str(results), "-o", str(tmp_path / "preferred.json")])
     assert chosen.exit_code == 0, chosen.output
     assert "STAND-IN inputs" in chosen.output
+    assert "the rows name no one GPU model" in chosen.output  # (ROWS name no GPU)
 
 
 def test_a_median_interval_comes_from_order_statistics():

@@ -534,3 +534,9 @@ def preferred(
                 highlight=False,
             )
         console.print(f"wrote {output}", highlight=False)
+        if picked["device"] is None:
+            console.print(
+                "the rows name no one GPU model: this file cannot be a dataset's "
+                "preferred/<gpu>.json",
+                highlight=False,
+            )
