@@ -8,8 +8,10 @@ share, and with --by-definition the same per definition. Rows written before the
 breakdown existed are counted apart. Then what an audit must not pass over: the timing
 methods a passed case could not time (a graph that could not be captured: its row passes
 with the method's error, and a summary's geometric mean mixes that case's other times in),
-the late samples (``late`` in a phase), and the workers ended for the device memory they
-kept between cases (``retired``).
+the late samples (``late`` in a phase), the workers ended for the device memory they
+kept between cases (``retired``), and how far the graph's calls a sample moved between
+cases of one shape (a sample sized by the memory left rather than by time moves them: in
+the H200 audit at e83ee6e one dense attention shape got 1,594, 1,165 and 807).
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ def table(totals: dict[str, float], cases: int) -> str:
     return "\n".join(lines)
 
 
+def steadiness(calls: dict[tuple[str, str], list[int]]) -> str:
+    """How far the graph's calls a sample moved between cases of one shape: the shapes
+    timed more than once, and the largest spread (most over fewest) among them."""
+    repeated = {key: found for key, found in calls.items() if len(found) > 1}
+    if not repeated:
+        return "graph calls a sample: no shape timed twice"
+    key, found = max(repeated.items(), key=lambda item: max(item[1]) / min(item[1]))
+    moved = sum(max(found) > min(found) * 1.1 for found in repeated.values())
+    return (
+        f"graph calls a sample: {len(repeated)} shapes timed more than once, {moved} of them "
+        f"over 10% apart; the widest, {key[0]} {key[1]}: {min(found)} to {max(found)}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path)
@@ -66,6 +82,8 @@ def main() -> None:
     untimed: dict[str, list[str]] = defaultdict(list)  # method -> its errors
     late = late_rows = 0
     retired: list[str] = []  # rows whose worker was ended for the device memory it kept
+    # (definition, axes) -> the graph's calls a sample in each of its cases
+    calls: dict[tuple[str, str], list[int]] = defaultdict(list)
     for path in options.results:
         for line in path.read_text().splitlines():
             row = json.loads(line)
@@ -73,6 +91,10 @@ def main() -> None:
                 continue
             if row.get("retired"):
                 retired.append(f"{row['definition']} {row.get('axes')}: {row['retired']}")
+            graph = (row.get("timing") or {}).get("graph") or {}
+            if graph.get("calls_per_sample"):
+                shape = json.dumps(row.get("axes"), sort_keys=True)
+                calls[(row["definition"], shape)].append(graph["calls_per_sample"])
             for method, entry in (row.get("timing") or {}).items():
                 if method not in METHODS:  # (kernel times: no method of timing)
                     continue
@@ -95,6 +117,7 @@ def main() -> None:
     print(f"late samples: {late} in {late_rows} phases")
     if retired:
         print(f"workers ended for the device memory they kept: {len(retired)}: {retired[0]}")
+    print(steadiness(calls))
     for method, errors in sorted(untimed.items()):
         first = errors[0][:200]
         print(f"passed cases whose {method} could not be timed: {len(errors)}, the first: {first}")

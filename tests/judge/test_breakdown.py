@@ -79,3 +79,18 @@ def test_reference_fills_the_judges_cache_so_a_run_computes_no_reference(tmp_pat
     assert row["status"] == "passed", row
     assert entry.stat().st_mtime_ns == stored  # found, not computed again
     assert row["breakdown"]["reference"] < 0.5, row["breakdown"]
+
+
+def test_the_breakdown_script_says_how_far_a_shapes_calls_a_sample_moved():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts/case_breakdown.py"
+    spec = importlib.util.spec_from_file_location("case_breakdown", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    calls = {("a", '{"N": 1}'): [1594, 1165, 807], ("a", '{"N": 2}'): [300, 310], ("b", "{}"): [9]}
+    said = script.steadiness(calls)
+    assert said.startswith("graph calls a sample: 2 shapes timed more than once, 1 of them over")
+    assert said.endswith('the widest, a {"N": 1}: 807 to 1594')
+    assert script.steadiness({("b", "{}"): [9]}) == "graph calls a sample: no shape timed twice"
