@@ -79,7 +79,7 @@ def _nvml_minor(uuid: str) -> int | None:
 
 
 def _driver_minor(properties) -> int | None:
-    """ "Device Minor" of the driver's file for the GPU at the device's PCI address."""
+    """The driver's "Device Minor" of the GPU at the device's PCI address."""
     try:
         address = (
             f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:"
