@@ -58,6 +58,8 @@ for name in sorted({s['definition'] for s in kernels if not s['name'].startswith
   python3 -m inference_kernels.cli compare "$OUT/kernels.jsonl" | tee "$OUT/kernels-compare.txt"
   python3 -m inference_kernels.cli summary "$OUT/kernels.jsonl" -o "$OUT" >/dev/null
   cat "$OUT/performance.md"
+  # here: the rows are signed with this machine's key, which a copy elsewhere cannot check
+  python3 -m inference_kernels.cli preferred "$OUT/kernels.jsonl" -o "$OUT/preferred-h200.json"
 fi
 if [[ $STEPS == *replay* ]]; then
   timeout 300 python3 -m inference_kernels.cli replay --device cuda \
