@@ -42,6 +42,15 @@ class Reading:
 Reader = Callable[[], "Reading | None"]
 
 
+def gpu_uuid(device: torch.device) -> str | None:
+    """``device``'s UUID as NVML and ``CUDA_VISIBLE_DEVICES`` name it ("GPU-..."), or None
+    where torch does not give one."""
+    uuid = str(getattr(torch.cuda.get_device_properties(device), "uuid", "") or "")
+    if not uuid:
+        return None
+    return uuid if uuid.startswith("GPU-") else "GPU-" + uuid
+
+
 def nvml(device: torch.device) -> tuple[Any, Any] | None:
     """(the pynvml module, ``device``'s NVML handle), or None off CUDA or where NVML
     cannot be had (no driver library, an old torch, a device NVML does not list)."""
@@ -51,9 +60,7 @@ def nvml(device: torch.device) -> tuple[Any, Any] | None:
         import pynvml
 
         pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        uuid = uuid if uuid.startswith("GPU-") else "GPU-" + uuid
-        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(gpu_uuid(device))
     except Exception:
         return None
 

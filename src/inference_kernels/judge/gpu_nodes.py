@@ -55,27 +55,22 @@ def gpu_of(device: str) -> Gpu:
         return _known[device]
     import torch
 
-    properties = torch.cuda.get_device_properties(device)
-    uuid = str(getattr(properties, "uuid", "") or "") or None
-    if uuid is not None and not uuid.startswith("GPU-"):
-        uuid = "GPU-" + uuid
-    minor = _nvml_minor(uuid) if uuid else None
+    from .clocks import gpu_uuid, nvml
+
+    cuda = torch.device(device)
+    minor = None
+    if (found := nvml(cuda)) is not None:
+        pynvml, handle = found
+        try:
+            minor = int(pynvml.nvmlDeviceGetMinorNumber(handle))
+        except Exception:
+            minor = None
     if minor is None:
-        minor = _driver_minor(properties)
-    found = Gpu(minor, uuid)
-    if minor is not None and uuid is not None:
-        _known[device] = found
-    return found
-
-
-def _nvml_minor(uuid: str) -> int | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
-    except Exception:
-        return None
+        minor = _driver_minor(torch.cuda.get_device_properties(cuda))
+    gpu = Gpu(minor, gpu_uuid(cuda))
+    if gpu.minor is not None and gpu.uuid is not None:
+        _known[device] = gpu
+    return gpu
 
 
 def _driver_minor(properties) -> int | None:

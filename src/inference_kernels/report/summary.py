@@ -152,15 +152,20 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
     }
 
 
-def _one_gpu(rows: list[dict[str, Any]]) -> str | None:
-    """The GPU the environment rows name, when they name exactly one model (over every
-    device they list, a device named for two models included)."""
-    names = {
-        (device.get("nvidia_smi") or {}).get("name")
+def _gpus(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the environment rows say of each GPU they list (nvidia-smi's fields)."""
+    return [
+        device.get("nvidia_smi") or {}
         for row in rows
         if row.get("type") == "environment"
         for device in row.get("devices") or []
-    } - {None}
+    ]
+
+
+def _one_gpu(rows: list[dict[str, Any]]) -> str | None:
+    """The GPU the environment rows name, when they name exactly one model (over every
+    device they list, a device named for two models included)."""
+    names = {gpu.get("name") for gpu in _gpus(rows)} - {None}
     return names.pop() if len(names) == 1 else None
 
 
@@ -176,14 +181,7 @@ def _source(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "suite": each(lambda row: row.get("suite")),
         "regime": each(lambda row: row.get("regime")),
         "started_at": each(lambda row: row.get("started_at")),
-        "gpus": sorted(
-            {
-                (device.get("nvidia_smi") or {}).get("uuid", "")
-                for row in environments
-                for device in row.get("devices") or []
-            }
-            - {""}
-        ),
+        "gpus": sorted({gpu.get("uuid") for gpu in _gpus(rows)} - {None, ""}),
         "torch": each(lambda row: (row.get("versions") or {}).get("torch")),
         "judge": each(lambda row: (row.get("manifest") or {}).get("judge")),
     }

@@ -42,17 +42,10 @@ def solution_table(
         against = speedup_entry(mine, base)
         methods = {timed.method for timed in mine.values()}
         inputs = {r.get("inputs") for r in group if r.get("inputs")}
-        light = [
-            limits[(definition, solution, r["uuid"])]
-            for r in group
-            if r["status"] == PASSED and (definition, solution, r["uuid"]) in limits
-        ]
+        passed = [(definition, solution, r["uuid"]) for r in group if r["status"] == PASSED]
+        light = [limits[key] for key in passed if key in limits]
         bounds = Counter(entry["bound"] for entry in light)
-        rates = [
-            rated[(definition, solution, r["uuid"])]
-            for r in group
-            if r["status"] == PASSED and (definition, solution, r["uuid"]) in rated
-        ]
+        rates = [rated[key] for key in passed if key in rated]
         table.append(
             {
                 "definition": definition,
