@@ -19,6 +19,7 @@ from typing import Any
 from ..schema import Solution
 from .compare import Timed, speedup_entry
 from .rows import geomean
+from .tables import inputs_label
 from .tables import ranked as ranked_entries
 
 FLOOR = 0.3  # no definition's fastest solution below this fraction of its speed of light
@@ -53,6 +54,7 @@ def against_libraries(
             "fastest": ranked[0]["solution"],
             "sol_fraction": ranked[0]["sol_fraction"],
             "bound": ranked[0]["bound"],
+            "inputs": ", ".join(sorted({o for e in ranked for o in e["inputs"].split(", ") if o})),
         }
         if library and ours:
             paired = speedup_entry(
@@ -85,8 +87,9 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "the solutions that passed every case they ran; ours over the library's is a paired "
         "speedup (95% interval); the speed of light is the fastest solution's.",
         "",
-        "| definition | library | us | ours | us | ours over library | fastest | speed of light |",
-        "|---|---|---:|---|---:|---:|---|---:|",
+        "| definition | inputs | library | us | ours | us | ours over library | fastest "
+        "| speed of light |",
+        "|---|---|---|---:|---|---:|---:|---|---:|",
     ]
     for row in section["definitions"]:
         paired = row["ours_over_library"]
@@ -97,7 +100,8 @@ def markdown(section: dict[str, Any]) -> list[str]:
             ratio = f"{paired['speedup']:.2f}x{span} {paired['verdict'] or ''}".strip()
         light = f"{row['sol_fraction']:.2f} ({row['bound']})" if row["sol_fraction"] else "-"
         lines.append(
-            f"| {row['definition']} | {row['library'] or '-'} | {_us(row['library_us'])} "
+            f"| {row['definition']} | {inputs_label(row['inputs']) or '-'} "
+            f"| {row['library'] or '-'} | {_us(row['library_us'])} "
             f"| {row['ours'] or '-'} | {_us(row['ours_us'])} | {ratio} | {row['fastest']} "
             f"| {light} |"
         )
