@@ -51,6 +51,10 @@ def drop_privileges(uid: int) -> None:
         os.setuid(uid)
 
 
+# Bytes of freed device memory a worker keeps cached between its cases (_give_back_memory).
+KEPT_CACHE_BYTES = 1 << 30
+
+
 class CallFailed(Exception):
     def __init__(self, status: str, error: str):
         super().__init__(error)
@@ -345,8 +349,20 @@ class Worker:
         case by the device's free memory, gave samples fewer calls case after case
         (docs/measurements/case-breakdown.md, twentieth session). Everything of the case
         is unreachable here (the referee closed its mappings of the outputs before it
-        asked the worker to end)."""
-        if self.device.type == "cuda":
+        asked the worker to end).
+
+        Only where more than KEPT_CACHE_BYTES are cached: emptying it after every case cost
+        the H200 audit at 958f3fb 0.015-0.02 s a case in the step itself (the QSA index
+        decode's ``end`` 0.041 s against 0.019 at e83ee6e, twenty-second session), and the
+        next case then took from the driver what it could have found cached. Old pools
+        then pile up to at most that much: too little to fail a capture or to move the
+        referee's sizing (a quarter of the free memory, capped at 16 GiB, where the
+        referee and its sets leave about 100 GiB free), and well within what the referee
+        lets a worker keep between cases (device_memory.WORKER_HELD_BYTES)."""
+        if self.device.type != "cuda":
+            return
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        if cached > KEPT_CACHE_BYTES:
             torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ the loop
