@@ -26,6 +26,8 @@ from inference_kernels.schema import METHODS
 STEPS = (
     "referee",
     "inputs",
+    "prefetch_wait",
+    "least_work",
     "reference",
     "worker",
     "call",

@@ -17,6 +17,7 @@ def test_a_judged_row_carries_its_workloads_least_work(tmp_path):
         assert row["work"]["flops"] == 7 * batch * 8 * 128 * 128
         assert row["work"]["bytes"] > 2 * batch * 8 * 128 * 128 * 4
         assert row["work"]["math"] == "fp32"
+        assert "least_work" in row["breakdown"]  # a step of its own, apart from the inputs
 
 
 def test_a_count_that_fails_is_noted_and_the_case_still_judged(tmp_path):

@@ -99,12 +99,14 @@ def test_another_workload_is_never_handed_over(prefetcher):
     first = request_for("gdn_decode_qk4_v8_d128_k_last", 0)
     second = request_for("gdn_decode_qk4_v8_d128_k_last", 1)
     prefetcher.ask(first)
+    assert prefetcher.has(first) and not prefetcher.has(second)
     assert prefetcher.take(second) is None  # asked for another: the referee makes these
     prefetcher.ask(second)  # the first's answer is still on its way and must be skipped
     made = prefetcher.take(second)
     assert made is not None
     assert_same(made, own(second))
     assert prefetcher.take(second) is None  # taken once
+    assert not prefetcher.has(second)
 
 
 def test_model_parameters_stay_with_the_referee(prefetcher):
@@ -169,6 +171,9 @@ def test_a_run_that_prefetches_judges_every_workload_on_its_own_inputs(tmp_path,
     assert len(rows) == 10 and {row["status"] for row in rows} == {"passed"}
     made_ahead = [line for line in log.splitlines() if "made ahead" in line]
     assert len(made_ahead) == 9, log[-2000:]
+    # the wait for the helper is a step of its own in the breakdown, only where it was asked
+    waited = ["prefetch_wait" in row["breakdown"] for row in rows]
+    assert waited == [False] + [True] * 9, waited
     assert os.environ.get("INFERENCE_KERNELS_STANDIN_THREADS") is None  # the helper's only
 
 

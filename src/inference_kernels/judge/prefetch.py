@@ -109,9 +109,13 @@ class Prefetcher:
             return
         self.pending = key
 
+    def has(self, request: dict[str, Any]) -> bool:
+        """Whether this workload's inputs were asked for (and not yet taken)."""
+        return self.pending is not None and _key(request) == self.pending
+
     def take(self, request: dict[str, Any], seconds: float = 600.0) -> Materialized | None:
         """The inputs asked for, if this is that workload and the helper made them."""
-        if self.pending is None or _key(request) != self.pending:
+        if not self.has(request):
             return None
         self.pending = None
         deadline = time.monotonic() + seconds

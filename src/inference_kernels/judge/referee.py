@@ -255,7 +255,10 @@ class Referee:
         watch = Stopwatch()
         try:
             with watch.span("inputs"):
-                made = self.prefetcher.take(message)  # made while the last case ran
+                made = None
+                if self.prefetcher.has(message):  # made while the last case ran
+                    with watch.span("prefetch_wait"):  # for what the helper had not finished
+                        made = self.prefetcher.take(message)
                 if made is not None:
                     made = made.to(self.device)
                     print(f"inputs of {workload.uuid} made ahead", flush=True)
@@ -287,8 +290,10 @@ class Referee:
             if isinstance(ambiguous, str):
                 return {"ok": False, "status": statuses.REFERENCE_ERROR, "error": ambiguous}
         roofline = message.get("roofline")
-        with watch.span("inputs"):  # the least work is counted on them
-            least = _least_work(roofline, definition, workload, made.values) if roofline else None
+        least = None
+        if roofline:
+            with watch.span("least_work"):  # counted on the inputs (dataset/rooflines.py)
+                least = _least_work(roofline, definition, workload, made.values)
         self.current = Workload(
             definition,
             workload,

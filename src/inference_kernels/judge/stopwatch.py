@@ -1,9 +1,11 @@
 """Where a case's seconds go: named spans, summed, for the row's ``breakdown``.
 
-The referee times its own steps: materializing the inputs, the reference, starting the
-worker, the checked call (the worker's turn; ``call_check`` the referee's reading and
-comparing of its outputs and inputs), the device load before timing, sizing, the samples, the
-checks; within the sizing and the samples, each method's ``setup`` (prepared launches, a
+The referee times its own steps: materializing the inputs (within it ``prefetch_wait``,
+the wait for the helper that makes them ahead, judge/prefetch.py), the ``least_work``
+counted on them (dataset/rooflines.py), the reference, starting
+the worker, the checked call (the worker's turn; ``call_check`` the referee's reading and
+comparing of its outputs and inputs), the device load before timing, sizing, the samples,
+the checks; within the sizing and the samples, each method's ``setup`` (prepared launches, a
 graph's capture), the ``refresh`` of the input sets with fresh values before each sample,
 after it the ``clocks`` (the idle probe, the NVML readings), the ``keep`` (one call's
 outputs copied out for the checks) and the ``compare`` of the sets with what was written
