@@ -111,7 +111,12 @@ def shares_storage(output: torch.Tensor, inputs: list) -> bool:
 
 # Library paths a user would pick (issue 14): a solution's name prefix, the package it needs
 # (carried to the GPU machine by scripts/gpu_wheels.sh; none of them runs on the CPU).
-LIBRARIES = {"fla": "fla-core", "compile": "torch", "flashinfer": "flashinfer-python"}
+LIBRARIES = {
+    "fla": "fla-core",
+    "compile": "torch",
+    "natten": "natten",
+    "flashinfer": "flashinfer-python",
+}
 
 
 def test_every_definition_has_exactly_one_baseline_file_that_validates():

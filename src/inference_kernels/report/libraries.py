@@ -3,7 +3,7 @@
 Among the dataset's own solutions (never a candidate: a candidate file may name itself
 anything the dataset does not hold): a Python solution is a library path (the
 plain-PyTorch baseline, which is cuBLAS or cuDNN through torch where one call does the
-work; torch.compile; fla-core; FlashInfer), a Triton, CUDA or C++ one is ours. For each
+work; torch.compile; fla-core; NATTEN; FlashInfer), a Triton, CUDA or C++ one is ours. For each
 definition: the fastest of each kind (of the solutions that passed every case they ran,
 over the most workloads), ours over the library's as a paired speedup with its 95%
 interval and verdict (compare.py), and the fraction of the speed of light of the fastest of
@@ -83,7 +83,7 @@ def markdown(section: dict[str, Any]) -> list[str]:
         "",
         "Per definition, among the dataset's solutions (not candidates), the fastest library "
         "path (Python: plain PyTorch, which is cuBLAS or cuDNN through torch; torch.compile; "
-        "fla-core; FlashInfer) and the fastest of our kernels (Triton, CUDA, C++), each of "
+        "fla-core; NATTEN; FlashInfer) and the fastest of our kernels (Triton, CUDA, C++), each of "
         "the solutions that passed every case they ran; ours over the library's is a paired "
         "speedup (95% interval); the speed of light is the fastest solution's.",
         "",

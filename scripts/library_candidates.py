@@ -1,0 +1,153 @@
+"""Library paths as candidates of their own (issue 14: what a user would pick), written
+from the dataset so that they follow it:
+
+- ``compile_<definition>``: torch.compile of the task's plain-PyTorch baseline. The
+  baseline's main.py unchanged as baseline.py, and a main.py that compiles its ``run``
+  (default mode: Inductor's Triton kernels on a GPU). Only the definitions whose baseline is
+  one traced region: no host loop over data (GDN prefill, the grouped GEMMs, the QSA index
+  read values on the host), no loop over chunks of a dynamic size (sparse MLA,
+  neighborhood attention), and not the GEMMs and dense attentions, whose baseline is one
+  cuBLAS or cuDNN call already. Each of the four traces to one graph with no break
+  (``torch._dynamo.explain`` on its smallest workload, on the CPU, December 4); they are
+  compiled with ``fullgraph=True``, so that a break is an error rather than eager code.
+- ``natten_<definition>``: NATTEN 0.21.7's ``na3d`` for the neighborhood attentions, through
+  its Flex Attention backend, the one its PyPI package (a source distribution, built here
+  without CUDA by ``scripts/gpu_wheels.sh``) has; compiled on a GPU. The window sizes are
+  the definition's constant axes KT, KY, KX.
+
+    python scripts/library_candidates.py            # write them
+    python scripts/library_candidates.py --check    # exit 1 where one is not what it would write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DATASET = Path(__file__).resolve().parents[1] / "dataset"
+COMPILED = (
+    "gdn_decode_qk4_v8_d128_k_last",
+    "mixed_mla_decode_deepseek41_h64_d512_k8128_k4512",
+    "moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
+    "qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4",
+)
+MAIN = '''"""torch.compile (default mode) of the task's plain-PyTorch baseline, which is baseline.py
+unchanged: what a user gets from one line. Each call goes through Dynamo's guards; the
+first call of a new shape compiles (automatic dynamic shapes from the second). One graph
+(fullgraph): a break would otherwise run part of it eagerly, unsaid."""
+
+import torch
+
+from .baseline import run as _baseline
+
+run = torch.compile(_baseline, fullgraph=True)
+'''
+
+
+def candidate(baseline: dict) -> dict:
+    """The compile candidate of a baseline solution (its JSON)."""
+    definition = baseline["definition"]
+    return {
+        "name": f"compile_{definition}",
+        "definition": definition,
+        "author": "inference-kernels",
+        "description": (
+            "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
+            "baseline (baseline.py, unchanged; scripts/compile_candidates.py writes this file)."
+        ),
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cuda"],
+            "entry_point": "main.py::run",
+            "dependencies": ["torch>=2.4", "triton>=3.0"],
+            "destination_passing_style": False,
+        },
+        "sources": [
+            {"path": "main.py", "content": MAIN},
+            {"path": "baseline.py", "content": baseline["sources"][0]["content"]},
+        ],
+    }
+
+
+NATTEN_MAIN = '''"""NATTEN 0.21.7's 3-D neighborhood attention (``na3d``), Flex Attention backend:
+what a user of NATTEN gets on Hopper from its PyPI package, a source distribution whose own
+CUDA kernels are not built without a CUDA toolchain at install time. On a GPU
+flex_attention is compiled (Inductor's Triton kernel), which NATTEN does only when asked
+(``allow_flex_compile``); elsewhere it runs unfused. NATTEN's contract is the
+definition's: dilation 1, not causal, the window shifted inward at the borders, the
+heads-last layout [B, T, Y, X, H, D]; the scale is 1 (Q carries the model's)."""
+
+import natten
+import torch
+from natten.functional import na3d
+
+KERNEL = {kernel}  # (T, Y, X): the definition's KT, KY, KX
+natten.allow_flex_compile()
+
+
+@torch.no_grad()
+def run(Q, K, V):
+    compiled = Q.is_cuda  # (Inductor's flex template; on the CPU it runs unfused)
+    return na3d(Q, K, V, KERNEL, scale=1.0, backend="flex-fna", torch_compile=compiled)
+'''
+
+
+def natten_candidate(definition: dict) -> dict:
+    """The NATTEN candidate of a neighborhood-attention definition (its JSON)."""
+    axes = definition["axes"]
+    kernel = tuple(axes[name]["value"] for name in ("KT", "KY", "KX"))
+    return {
+        "name": f"natten_{definition['name']}",
+        "definition": definition["name"],
+        "author": "inference-kernels",
+        "description": (
+            "Library path (issue 14): NATTEN 0.21.7's na3d, Flex Attention backend, compiled "
+            "on a GPU (scripts/library_candidates.py writes this file)."
+        ),
+        "spec": {
+            "language": "python",
+            "target_hardware": ["cuda"],
+            "entry_point": "main.py::run",
+            "dependencies": ["natten==0.21.7", "torch>=2.7", "triton>=3.0"],
+            "destination_passing_style": False,
+        },
+        "sources": [{"path": "main.py", "content": NATTEN_MAIN.format(kernel=kernel)}],
+    }
+
+
+def planned(dataset: Path = DATASET) -> dict[Path, str]:
+    """Each candidate's path and the text it should have."""
+    found = {}
+    for definition in COMPILED:
+        (path,) = dataset.glob(f"solutions/*/torch_{definition}.json")
+        text = json.dumps(candidate(json.loads(path.read_text())), indent=2) + "\n"
+        found[path.with_name(f"compile_{definition}.json")] = text
+    for path in sorted(dataset.glob("definitions/neighborhood_attention/*.json")):
+        definition = json.loads(path.read_text())
+        natten = natten_candidate(definition)
+        folder = dataset / "solutions" / definition["op_type"]
+        found[folder / f"{natten['name']}.json"] = json.dumps(natten, indent=2) + "\n"
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 on a difference"
+    )
+    options = parser.parse_args()
+    stale = []
+    for path, text in planned().items():
+        if not path.exists() or path.read_text() != text:
+            stale.append(path)
+            if not options.check:
+                path.write_text(text)
+    for path in stale:
+        print(f"{'differs' if options.check else 'wrote'}: {path.relative_to(DATASET.parent)}")
+    sys.exit(1 if options.check and stale else 0)
+
+
+if __name__ == "__main__":
+    main()
