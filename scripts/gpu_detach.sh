@@ -2,11 +2,11 @@
 # One long job on the device machine across its calls (each call ends at 600 s, the machine
 # stays held while calls follow within its 30 s of idle, up to 30 minutes). The machine ends
 # a call's processes when the call returns, except one that started a process session of
-# its own: `start` runs the job so (setsid), on a copy of src/, dataset/, scripts/ and .whl/
-# under STATE (later calls' copies of the working tree cannot touch it), with OUT=$STATE/out
-# for its files, ORIGIN the call's working tree (to copy a report in, to resume it), and
-# INFERENCE_KERNELS_CONFIG under STATE (the judge's key must outlive the call's tree; an
-# existing key folder is copied there).
+# its own: `start` runs the job so (setsid), on a copy of src/, dataset/, scripts/, tests/,
+# pyproject.toml and .whl/ under STATE (later calls' copies of the working tree cannot touch
+# it), with OUT=$STATE/out for its files, ORIGIN the call's working tree (to copy a report
+# in, to resume it), and INFERENCE_KERNELS_CONFIG under STATE (the judge's key must outlive
+# the call's tree; an existing key folder is copied there).
 # `wait SECONDS` waits up to that long, prints the job's last lines, and copies the files of
 # $STATE/out and its log to $OUT (every time: a lost machine loses only what came after).
 #   call 1:   bash scripts/gpu_detach.sh start 'FILL=1 PART_SECONDS=86400 REPORT=$OUT/audit.jsonl bash scripts/gpu_audit.sh'
@@ -23,6 +23,9 @@ start)
   if alive; then echo "a job runs under $STATE (pid $(cat "$STATE/pid")): not starting another"; exit 2; fi
   rm -rf "$STATE" && mkdir -p "$STATE/tree" "$STATE/out" || exit 2
   cp -a src dataset scripts "$STATE/tree/" || exit 2
+  for extra in tests pyproject.toml; do  # (for a job that runs GPU tests after its audit)
+    if [[ -e $extra ]]; then cp -a "$extra" "$STATE/tree/" || exit 2; fi
+  done
   if [[ -d .whl ]]; then cp -a .whl "$STATE/tree/" || exit 2; fi
   if [[ -d ${INFERENCE_KERNELS_CONFIG:-} ]]; then  # else the job makes its key there
     cp -a "$INFERENCE_KERNELS_CONFIG" "$STATE/config" || exit 2
