@@ -55,7 +55,7 @@ def candidate(baseline: dict) -> dict:
         "author": "inference-kernels",
         "description": (
             "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
-            "baseline (baseline.py, unchanged; scripts/compile_candidates.py writes this file)."
+            "baseline (baseline.py, unchanged; scripts/library_candidates.py writes this file)."
         ),
         "spec": {
             "language": "python",
@@ -72,19 +72,28 @@ def candidate(baseline: dict) -> dict:
 
 
 NATTEN_MAIN = '''"""NATTEN 0.21.7's 3-D neighborhood attention (``na3d``), Flex Attention backend:
-what a user of NATTEN gets on Hopper from its PyPI package, a source distribution whose own
-CUDA kernels are not built without a CUDA toolchain at install time. On a GPU
-flex_attention is compiled (Inductor's Triton kernel), which NATTEN does only when asked
-(``allow_flex_compile``); elsewhere it runs unfused. NATTEN's contract is the
-definition's: dilation 1, not causal, the window shifted inward at the borders, the
+the one its PyPI package (a source distribution) has when installed without a CUDA
+toolchain, as here; NATTEN built with CUDA has Hopper kernels of its own, which this is
+not. On a GPU flex_attention is compiled (Inductor's Triton kernel), which NATTEN does only
+when asked (``allow_flex_compile``); elsewhere it runs unfused. NATTEN makes a new mask
+function and block mask every call, so a compiled ``create_block_mask`` recompiles each
+call and, past torch's recompile limit, falls back to a dense mask of the sequence length
+squared: the block mask is kept per shape here (as flex_attention's documentation asks of
+a caller), and the recompile limit raised for a worker's many shapes. NATTEN's contract is
+the definition's: dilation 1, not causal, the window shifted inward at the borders, the
 heads-last layout [B, T, Y, X, H, D]; the scale is 1 (Q carries the model's)."""
+
+import functools
 
 import natten
 import torch
+from natten.backends import flex
 from natten.functional import na3d
 
 KERNEL = {kernel}  # (T, Y, X): the definition's KT, KY, KX
 natten.allow_flex_compile()
+flex.get_na_flex_mask = functools.lru_cache(maxsize=None)(flex.get_na_flex_mask)
+torch._dynamo.config.recompile_limit = 64
 
 
 @torch.no_grad()
@@ -103,8 +112,9 @@ def natten_candidate(definition: dict) -> dict:
         "definition": definition["name"],
         "author": "inference-kernels",
         "description": (
-            "Library path (issue 14): NATTEN 0.21.7's na3d, Flex Attention backend, compiled "
-            "on a GPU (scripts/library_candidates.py writes this file)."
+            "Library path (issue 14): NATTEN 0.21.7's na3d, Flex Attention backend (not "
+            "NATTEN's own CUDA kernels), compiled on a GPU, its block mask kept per shape "
+            "(scripts/library_candidates.py writes this file)."
         ),
         "spec": {
             "language": "python",

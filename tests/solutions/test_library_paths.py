@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inference_kernels.acceptance import compare
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.judge.session import Request, judge
 
@@ -28,6 +29,7 @@ _spec = importlib.util.spec_from_file_location(
 library_candidates = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(library_candidates)
 DATASET = load_dataset(ROOT / "dataset")
+TOLERANCE = {name: task.tolerance for name, task in DATASET.tasks.items()}
 NEIGHBORHOOD = sorted(n for n in DATASET.definitions if n.startswith("neighborhood_attention"))
 
 
@@ -67,6 +69,28 @@ def test_each_compile_candidate_passes_its_smallest_workload_on_the_cpu(tmp_path
     assert sorted(r["solution"] for r in rows) == sorted(names)
     for row in rows:
         assert row["status"] == "passed", (row["solution"], row.get("error"))
+
+
+def test_each_natten_candidate_gives_the_reference_where_its_window_shifts():
+    """NATTEN (the README's test setup installs it) against each definition's reference,
+    unfused on the CPU, on two grids a little larger than the window (it shifts at every
+    border), one after the other in one module (the block masks are kept per shape)."""
+    for name in NEIGHBORHOOD:
+        (source,) = DATASET.solutions[f"natten_{name}"].sources
+        candidate: dict = {}
+        exec(compile(source.content, f"natten_{name}/main.py", "exec"), candidate)
+        reference: dict = {}
+        exec(DATASET.definitions[name].reference, reference)
+        heads = DATASET.definitions[name].axes["H"].value
+        kt, ky, kx = candidate["KERNEL"]
+        for grid in ((kt + 2, ky + 2, kx + 2), (kt + 3, ky + 5, kx + 6)):
+            generator = torch.Generator().manual_seed(sum(grid))
+            q, k, v = (
+                (torch.randn(2, *grid, heads, 64, generator=generator) * scale).bfloat16()
+                for scale in (0.125, 1.0, 1.0)
+            )
+            verdict = compare(candidate["run"](q, k, v), reference["run"](q, k, v), TOLERANCE[name])
+            assert verdict.passed, (name, grid, verdict.message)
 
 
 LIBRARY_PREFIXES = ("compile_", "fla_", "natten_")

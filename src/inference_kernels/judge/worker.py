@@ -358,7 +358,8 @@ class Worker:
         then pile up to at most that much: too little to fail a capture or to move the
         referee's sizing (a quarter of the free memory, capped at 16 GiB, where the
         referee and its sets leave about 100 GiB free), and well within what the referee
-        lets a worker keep between cases (device_memory.WORKER_HELD_BYTES)."""
+        lets a worker keep between cases (device_memory.WORKER_HELD_BYTES). The bound is a
+        worker's: the frozen workers of a job's solutions keep up to that much each."""
         if self.device.type != "cuda":
             return
         cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
