@@ -46,29 +46,35 @@ run = torch.compile(_baseline, fullgraph=True)
 '''
 
 
-def candidate(baseline: dict) -> dict:
-    """The compile candidate of a baseline solution (its JSON)."""
-    definition = baseline["definition"]
+def _solution(name: str, definition: str, description: str, dependencies: list, sources: dict):
+    """A Python solution for CUDA of ``sources`` (path -> text), its entry main.py::run."""
     return {
-        "name": f"compile_{definition}",
+        "name": name,
         "definition": definition,
         "author": "inference-kernels",
-        "description": (
-            "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
-            "baseline (baseline.py, unchanged; scripts/library_candidates.py writes this file)."
-        ),
+        "description": description,
         "spec": {
             "language": "python",
             "target_hardware": ["cuda"],
             "entry_point": "main.py::run",
-            "dependencies": ["torch>=2.4", "triton>=3.0"],
+            "dependencies": dependencies,
             "destination_passing_style": False,
         },
-        "sources": [
-            {"path": "main.py", "content": MAIN},
-            {"path": "baseline.py", "content": baseline["sources"][0]["content"]},
-        ],
+        "sources": [{"path": path, "content": text} for path, text in sources.items()],
     }
+
+
+def candidate(baseline: dict) -> dict:
+    """The compile candidate of a baseline solution (its JSON)."""
+    definition = baseline["definition"]
+    return _solution(
+        f"compile_{definition}",
+        definition,
+        "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
+        "baseline (baseline.py, unchanged; scripts/library_candidates.py writes this file).",
+        ["torch>=2.4", "triton>=3.0"],
+        {"main.py": MAIN, "baseline.py": baseline["sources"][0]["content"]},
+    )
 
 
 NATTEN_MAIN = '''"""NATTEN 0.21.7's 3-D neighborhood attention (``na3d``), Flex Attention backend:
@@ -105,26 +111,16 @@ def run(Q, K, V):
 
 def natten_candidate(definition: dict) -> dict:
     """The NATTEN candidate of a neighborhood-attention definition (its JSON)."""
-    axes = definition["axes"]
-    kernel = tuple(axes[name]["value"] for name in ("KT", "KY", "KX"))
-    return {
-        "name": f"natten_{definition['name']}",
-        "definition": definition["name"],
-        "author": "inference-kernels",
-        "description": (
-            "Library path (issue 14): NATTEN 0.21.7's na3d, Flex Attention backend (not "
-            "NATTEN's own CUDA kernels), compiled on a GPU, its block mask kept per shape "
-            "(scripts/library_candidates.py writes this file)."
-        ),
-        "spec": {
-            "language": "python",
-            "target_hardware": ["cuda"],
-            "entry_point": "main.py::run",
-            "dependencies": ["natten==0.21.7", "torch>=2.7", "triton>=3.0"],
-            "destination_passing_style": False,
-        },
-        "sources": [{"path": "main.py", "content": NATTEN_MAIN.format(kernel=kernel)}],
-    }
+    kernel = tuple(definition["axes"][name]["value"] for name in ("KT", "KY", "KX"))
+    return _solution(
+        f"natten_{definition['name']}",
+        definition["name"],
+        "Library path (issue 14): NATTEN 0.21.7's na3d, Flex Attention backend (not "
+        "NATTEN's own CUDA kernels), compiled on a GPU, its block mask kept per shape "
+        "(scripts/library_candidates.py writes this file).",
+        ["natten==0.21.7", "torch>=2.7", "triton>=3.0"],
+        {"main.py": NATTEN_MAIN.format(kernel=kernel)},
+    )
 
 
 def planned(dataset: Path = DATASET) -> dict[Path, str]:
@@ -132,14 +128,14 @@ def planned(dataset: Path = DATASET) -> dict[Path, str]:
     found = {}
     for definition in COMPILED:
         (path,) = dataset.glob(f"solutions/*/torch_{definition}.json")
-        text = json.dumps(candidate(json.loads(path.read_text())), indent=2) + "\n"
-        found[path.with_name(f"compile_{definition}.json")] = text
+        found[path.with_name(f"compile_{definition}.json")] = candidate(
+            json.loads(path.read_text())
+        )
     for path in sorted(dataset.glob("definitions/neighborhood_attention/*.json")):
         definition = json.loads(path.read_text())
         natten = natten_candidate(definition)
-        folder = dataset / "solutions" / definition["op_type"]
-        found[folder / f"{natten['name']}.json"] = json.dumps(natten, indent=2) + "\n"
-    return found
+        found[dataset / "solutions" / definition["op_type"] / f"{natten['name']}.json"] = natten
+    return {path: json.dumps(solution, indent=2) + "\n" for path, solution in found.items()}
 
 
 def main() -> None:
