@@ -23,8 +23,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from inference_kernels.report.rows import results_text
+
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "docs/measurements/regimes/h200x2-dev-0d7e5f7.jsonl"
+RUNS = ROOT / "docs/measurements/regimes/h200x2-dev-0d7e5f7.jsonl.gz"
 FAMILIES = (  # the op_type folders of GEMM and attention definitions
     "gemm",
     "grouped_gemm",
@@ -45,7 +47,7 @@ TARGET = 0.02
 def earlier_graph_us(path: Path) -> dict[str, float]:
     """Each workload's baseline graph median in an earlier run (uuid -> us)."""
     found = {}
-    for line in path.read_text().splitlines():
+    for line in results_text(path).splitlines():
         row = json.loads(line)
         graph = ((row.get("timing") or {}).get("graph") or {}).get("median_us")
         if row.get("type") == "case" and graph:

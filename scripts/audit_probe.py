@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.report.rows import results_text
 
 
 def pick(dataset: Path) -> list[str]:
@@ -41,7 +42,7 @@ def pick(dataset: Path) -> list[str]:
 
 def estimate(report: Path, dataset: Path) -> None:
     counts = {name: len(w) for name, w in load_dataset(dataset).workloads.items()}
-    rows = [json.loads(line) for line in report.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in results_text(report).splitlines() if line.strip()]
     cases = defaultdict(list)
     for row in rows:
         if row.get("type") == "case":
@@ -74,7 +75,7 @@ def estimate(report: Path, dataset: Path) -> None:
 
 
 def _cases(report: Path) -> dict[str, dict]:
-    rows = (json.loads(line) for line in report.read_text().splitlines() if line.strip())
+    rows = (json.loads(line) for line in results_text(report).splitlines() if line.strip())
     return {row["uuid"]: row for row in rows if row.get("type") == "case"}
 
 

@@ -21,6 +21,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from inference_kernels.report.rows import results_text
 from inference_kernels.schema import METHODS
 
 STEPS = (
@@ -87,7 +88,7 @@ def main() -> None:
     # (definition, axes) -> the graph's calls a sample in each of its cases
     calls: dict[tuple[str, str], list[int]] = defaultdict(list)
     for path in options.results:
-        for line in path.read_text().splitlines():
+        for line in results_text(path).splitlines():
             row = json.loads(line)
             if row.get("type") != "case":
                 continue

@@ -12,12 +12,15 @@ Usage: python scripts/outside_margins.py results.jsonl [...]
 import json
 import statistics
 import sys
+from pathlib import Path
+
+from inference_kernels.report.rows import results_text
 
 
 def margins(paths: list[str]) -> dict:
     entries = []
     for path in paths:
-        for line in open(path):
+        for line in results_text(Path(path)).splitlines():
             row = json.loads(line)
             if row.get("type") != "case":
                 continue

@@ -162,6 +162,34 @@ def test_rows_that_fail_their_mac_are_dropped_and_counted(tmp_path):
     assert json.loads((tmp_path / "s/summary.json").read_text())["cases"] == len(ROWS) - 1
 
 
+def test_a_gzipped_results_file_reads_as_the_plain_one_and_a_torn_one_is_named(tmp_path):
+    """The measurements kept in docs/ are gzip-compressed (the tree sent to a GPU machine
+    must stay under its size limit): every command reads them as they are."""
+    import gzip
+
+    from inference_kernels.errors import DatasetError
+    from inference_kernels.report.rows import read_rows
+
+    plain, packed = tmp_path / "results.jsonl", tmp_path / "results.jsonl.gz"
+    forged = json.loads(signed([case("fast", "w3", status="mismatch")]))
+    forged["status"] = "passed"  # edited after signing: dropped from both alike
+    text = signed(ROWS) + json.dumps(forged) + "\n"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert read_rows(packed) == read_rows(plain)
+    assert read_rows(packed)[1] == 1 and len(read_rows(packed)[0]) == len(ROWS)
+    result = CliRunner().invoke(app, ["summary", str(packed), "-o", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "s/summary.json").read_text())["cases"] == len(ROWS) - 1
+    packed.write_bytes(gzip.compress(text.encode())[:-20])  # cut short
+    with pytest.raises(DatasetError, match="not a whole gzip file") as caught:
+        read_rows(packed)
+    assert caught.value.problem.file == str(packed)
+    plain.rename(packed)  # a plain file under a .gz name
+    with pytest.raises(DatasetError, match="not a whole gzip file"):
+        read_rows(packed)
+
+
 def test_compare_and_preferred_commands_label_stand_in_inputs(tmp_path):
     results = tmp_path / "results.jsonl"
     results.write_text(signed(ROWS))

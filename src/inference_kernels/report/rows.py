@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +23,28 @@ _MODELS = {"case": CaseRow, "environment": EnvironmentRow}
 TIME_PREFERENCE = ("graph", "prepared", "eager")
 
 
-def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a results file that this judge signed, each validated as a case or an
-    environment row, and how many rows were dropped because their MAC fails."""
+def results_text(path: Path) -> str:
+    """The text of a results file, gzip-compressed where its name ends in ``.gz`` (the
+    measurements kept in docs/ are, so that the tree sent to a GPU machine stays small)."""
     if not path.is_file():
         raise DatasetError(path, "", "no such results file")
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise DatasetError(path, "", "not UTF-8 text, so no results file") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise DatasetError(path, "", f"not a whole gzip file ({error})") from None
     except OSError as error:
         raise DatasetError(path, "", f"cannot be read ({error.strerror or error})") from None
+
+
+def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a results file that this judge signed, each validated as a case or an
+    environment row, and how many rows were dropped because their MAC fails."""
+    text = results_text(path)
     secret = key(create=False)
     rows, dropped = [], 0
     for number, line in enumerate(text.splitlines(), 1):
