@@ -52,6 +52,15 @@ wanted = re.compile(os.environ.get('KERNELS', '.'))
 for name in sorted({s['definition'] for s in kernels if not s['name'].startswith('torch_')}):
     if wanted.search(name):
         print('-d'); print(name)")
+  flashinfer=$(python3 -c "
+import pathlib, sys
+picked = set(sys.argv[1:])
+found = (p.stem.removeprefix('flashinfer_') for p in pathlib.Path('dataset/solutions').rglob('flashinfer_*.json'))
+print(int(bool(picked & set(found))))" "${picked[@]}")
+  if [[ $flashinfer == 1 ]]; then  # FlashInfer's kernels, built before the run (minutes)
+    timeout 900 python3 scripts/flashinfer_cache.py > "$OUT/flashinfer-cache.log" 2>&1
+    echo "flashinfer cache exit $?"
+  fi
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
     "${picked[@]}" --report "$OUT/kernels.jsonl" --cache .cache/ik --overwrite > "$OUT/kernels.log" 2>&1
   echo "kernels run exit $?"

@@ -4,7 +4,7 @@
 # and their dependencies, for CPython 3.12 on x86_64 Linux; fla-core and NATTEN, library
 # paths of dataset/solutions) and bubblewrap as a .deb.
 # Run it here once per fresh checkout, then name ".whl" in the device tool's `carry`.
-#   bash scripts/gpu_wheels.sh            # about 15 MB
+#   bash scripts/gpu_wheels.sh            # about 37 MB (FlashInfer 21 of them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -13,7 +13,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --platform any -d .whl \
   pydantic pydantic-core annotated-types typing-inspection typing-extensions \
   pytest iniconfig pluggy packaging ninja plotly narwhals \
-  fla-core==0.6.0 einops  # the library path of the GDN definitions (dataset/solutions/gdn/fla_*)
+  fla-core==0.6.0 einops `# the library path of the GDN definitions (dataset/solutions/gdn/fla_*)` \
+  flashinfer-python==0.6.18.post1 apache-tvm-ffi==0.1.12 `# the flashinfer_* candidates` \
+  requests urllib3 idna certifi charset-normalizer tqdm  # (what importing flashinfer needs)
 # NATTEN (the neighborhood attentions' library path, dataset/solutions/neighborhood_attention/
 # natten_*) is a source package on PyPI: built here without CUDA it is its Python code, the
 # Flex Attention backend (a 0.14 MB wheel). Its build imports torch: .venv's, without isolation.

@@ -14,6 +14,12 @@ from the dataset so that they follow it:
   its Flex Attention backend, the one its PyPI package (a source distribution, built here
   without CUDA by ``scripts/gpu_wheels.sh``) has; compiled on a GPU. The window sizes are
   the definition's constant axes KT, KY, KX.
+- ``flashinfer_<definition>``: FlashInfer 0.6.18's FlashAttention-3 prefill (Hopper) for the
+  dense attentions and the prefix attention whose current image sees every key (the
+  reference masks nothing there); the head dims FA3 has are 64, 128 and 256, so the d32
+  definition is zero-padded to 64. FlashInfer compiles its kernels at first use, which a
+  sandboxed worker cannot keep: ``scripts/flashinfer_cache.py`` builds them before a run,
+  where FlashInfer looks for prebuilt modules.
 
     python scripts/library_candidates.py            # write them
     python scripts/library_candidates.py --check    # exit 1 where one is not what it would write
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 DATASET = Path(__file__).resolve().parents[1] / "dataset"
@@ -123,6 +130,109 @@ def natten_candidate(definition: dict) -> dict:
     )
 
 
+FLASHINFER_MAIN = '''\
+"""FlashInfer 0.6.18's FlashAttention-3 prefill kernels (Hopper), through its ragged batch
+wrapper (the batch's rows one after another):
+{what}.
+
+The wrapper is planned once per shape (FlashInfer's ``plan`` schedules on the host,
+outside any CUDA graph) and kept, all of them sharing one float workspace (their runs
+never overlap on the stream); a call is the wrapper's ``run``. FA3's head dims are 64, 128
+and 256:
+{padding}
+FlashInfer compiles its kernels at first use, which a sandboxed worker cannot keep:
+``scripts/flashinfer_cache.py`` builds them where FlashInfer looks for prebuilt ones (its
+package's data/aot)."""
+
+import flashinfer
+import torch
+import torch.nn.functional as F
+
+HEADS, DIM = {heads}, {dim}
+PADDED = max(DIM, 64)  # the head dim the kernel runs at
+WORKSPACE_BYTES = 128 << 20  # FlashInfer's advice for split-KV partial results
+_workspace: dict = {{}}  # device -> float workspace
+_planned: dict = {{}}  # (device, batch, queries, keys) -> planned wrapper
+
+
+def _wrapper(device, batch, queries, keys):
+    key = (device, batch, queries, keys)
+    if key not in _planned:
+        if device not in _workspace:
+            _workspace[device] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
+            _workspace[device], "NHD", backend="fa3"
+        )
+        rows = torch.arange(batch + 1, dtype=torch.int32)  # on the host: no wait in plan
+        wrapper.plan(
+            rows * queries, rows * keys, HEADS, HEADS, PADDED,
+            causal=False, sm_scale=DIM**-0.5,
+            q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, o_data_type=torch.bfloat16,
+        )
+        _planned[key] = wrapper
+    return _planned[key]
+
+
+def _rows(x):
+    """[B, N, H, D] as [B * N, H, PADDED] (a view where nothing is padded)."""
+    if PADDED != DIM:
+        x = F.pad(x, (0, PADDED - DIM))
+    return x.reshape(-1, HEADS, PADDED)
+
+
+@torch.no_grad()
+def run({arguments}):
+{keys}    batch, queries = Q.shape[0], Q.shape[1]
+    wrapper = _wrapper(Q.device, batch, queries, K.shape[1])
+    out = wrapper.run(_rows(Q), _rows(K), _rows(V))
+    out = out.view(batch, queries, HEADS, PADDED)
+    return out if PADDED == DIM else out[..., :DIM].contiguous()
+'''
+FLASHINFER = {  # op_type -> what the attention is, and the keys' and values' making
+    "dense_attention": ("non-causal attention without a mask", "Q, K, V", ""),
+    "block_causal_attention": (
+        "non-causal over the prefix's keys and the current image's, concatenated (the "
+        "reference masks nothing: the current image sees every key)",
+        "Q, K_prefix, V_prefix, K_current, V_current",
+        "    K = torch.cat((K_prefix, K_current), dim=1)\n"
+        "    V = torch.cat((V_prefix, V_current), dim=1)\n",
+    ),
+}
+
+
+def flashinfer_candidate(definition: dict) -> dict | None:
+    """The FlashInfer candidate of a definition (its JSON), or None: the dense attentions
+    and the prefix attention with a nonempty prefix."""
+    kind = FLASHINFER.get(definition["op_type"])
+    if kind is None or definition["name"].endswith("_prefix0"):  # (prefix0: a mask FA3 lacks)
+        return None
+    what, arguments, keys = kind
+    dim = definition["axes"]["D"]["value"]
+    padding = (
+        f"the head dim {dim} is zero-padded to 64 (the zeros add nothing to the scores, "
+        "the scale stays the definition's) and the output cut back."
+        if dim < 64
+        else f"the head dim {dim} is one of them."
+    )
+    main = FLASHINFER_MAIN.format(
+        what=textwrap.fill(what, 88),
+        padding=textwrap.fill(padding, 88),
+        heads=definition["axes"]["H"]["value"],
+        dim=dim,
+        arguments=arguments,
+        keys=keys,
+    )
+    return _solution(
+        f"flashinfer_{definition['name']}",
+        definition["name"],
+        "Library path (issue 14): FlashInfer 0.6.18's FlashAttention-3 ragged prefill (fa3 "
+        f"backend, Hopper), {what}; planned once per shape. Its kernels must be prebuilt "
+        "(scripts/flashinfer_cache.py); scripts/library_candidates.py writes this file.",
+        ["flashinfer-python==0.6.18.post1", "torch>=2.7"],
+        {"main.py": main},
+    )
+
+
 def planned(dataset: Path = DATASET) -> dict[Path, str]:
     """Each candidate's path and the text it should have."""
     found = {}
@@ -135,6 +245,12 @@ def planned(dataset: Path = DATASET) -> dict[Path, str]:
         definition = json.loads(path.read_text())
         natten = natten_candidate(definition)
         found[dataset / "solutions" / definition["op_type"] / f"{natten['name']}.json"] = natten
+    for path in sorted(dataset.glob("definitions/*/*.json")):
+        definition = json.loads(path.read_text())
+        flashinfer = flashinfer_candidate(definition)
+        if flashinfer is not None:
+            folder = dataset / "solutions" / definition["op_type"]
+            found[folder / f"{flashinfer['name']}.json"] = flashinfer
     return {path: json.dumps(solution, indent=2) + "\n" for path, solution in found.items()}
 
 
