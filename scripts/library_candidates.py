@@ -19,7 +19,9 @@ from the dataset so that they follow it:
   reference masks nothing there); the head dims FA3 has are 64, 128 and 256, so the d32
   definition is zero-padded to 64. FlashInfer compiles its kernels at first use, which a
   sandboxed worker cannot keep: ``scripts/flashinfer_cache.py`` builds them before a run,
-  where FlashInfer looks for prebuilt modules.
+  where FlashInfer looks for prebuilt modules. For the sparse MLA prefills, its MLA attention
+  (FA3 backend) with each query token a request over pages of one latent row, the sink
+  applied by the log-sum-exp it returns.
 
     python scripts/library_candidates.py            # write them
     python scripts/library_candidates.py --check    # exit 1 where one is not what it would write
@@ -200,9 +202,102 @@ FLASHINFER = {  # op_type -> what the attention is, and the keys' and values' ma
 }
 
 
+FLASHINFER_MLA_MAIN = '''\
+"""FlashInfer 0.6.18's MLA attention (FA3 backend, Hopper) for DeepSeek V4.1's sparse MLA
+prefill: each query token is a request of its own over pages of one latent row (page size
+1), its listed rows the page list; the latent rows are keys and values at once (ckv 512, no
+rope part: head_dim_kpe 0).
+
+FlashInfer reads every row it is given, so each token keeps its valid ones first (an index
+< 0, >= Nkv, or at a position from topk_length on is left out), and FlashInfer's plan,
+made on the host, is made from their counts: once per input set in ``prepare`` (indices
+and topk_length are integer inputs: the judge never rewrites them), and in each plain call
+(one wrapper planned again, after the wait for the counts: nothing of the last call is
+still queued then). The sink, a zero-value logit outside the softmax, is applied to
+FlashInfer's output by the natural log-sum-exp it returns: out * sigmoid(lse - sink); a
+token with no valid key has lse -inf and gets zeros, as in the reference. FlashInfer
+compiles its kernels at first use, which a sandboxed worker cannot keep:
+``scripts/flashinfer_cache.py`` builds them where FlashInfer looks for prebuilt ones."""
+
+import flashinfer
+import torch
+
+WORKSPACE_BYTES = 128 << 20  # FlashInfer's advice for split-KV partial results
+_workspace: dict = {}  # device -> float workspace, shared (runs never overlap on the stream)
+_plain: dict = {}  # device -> the wrapper a plain call plans again
+
+
+def _wrapper(device):
+    if device not in _workspace:
+        _workspace[device] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    return flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace[device], backend="fa3")
+
+
+def _plan(wrapper, Q, KV, indices, topk_length, sm_scale):
+    rows, heads, dim = Q.shape
+    index = indices.reshape(rows, -1)
+    position = torch.arange(index.shape[1], device=Q.device)
+    valid = (index >= 0) & (index < KV.shape[0]) & (position[None] < topk_length[:, None])
+    counts = valid.sum(1, dtype=torch.int32).cpu()  # the plan is made on the host
+    starts = torch.zeros(rows + 1, dtype=torch.int32)
+    starts[1:] = counts.cumsum(0)
+    wrapper.plan(
+        qo_indptr=torch.arange(rows + 1, dtype=torch.int32),
+        kv_indptr=starts,
+        kv_indices=index[valid].to(torch.int32),  # each token's valid rows, in order
+        kv_len_arr=counts,
+        num_heads=heads,
+        head_dim_ckv=dim,
+        head_dim_kpe=0,
+        page_size=1,
+        causal=False,
+        sm_scale=float(sm_scale),
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+    )
+    return wrapper
+
+
+def _attend(wrapper, Q, KV, attn_sink):
+    rows, heads, _ = Q.shape
+    out, lse = wrapper.run(
+        Q, Q.new_empty(rows, heads, 0), KV, KV.new_empty(KV.shape[0], 1, 0),
+        return_lse=True, return_lse_base_on_e=True,
+    )
+    kept = torch.sigmoid(lse - attn_sink.float()[None, :])  # exp(lse) / (exp(lse) + exp(sink))
+    return (out.float() * kept[..., None]).to(Q.dtype)
+
+
+@torch.no_grad()
+def run(Q, KV, indices, topk_length, attn_sink, sm_scale):
+    if Q.device not in _plain:
+        _plain[Q.device] = _wrapper(Q.device)
+    wrapper = _plan(_plain[Q.device], Q, KV, indices, topk_length, sm_scale)
+    return _attend(wrapper, Q, KV, attn_sink)
+
+
+@torch.no_grad()
+def prepare(Q, KV, indices, topk_length, attn_sink, sm_scale):
+    wrapper = _plan(_wrapper(Q.device), Q, KV, indices, topk_length, sm_scale)
+    return lambda: _attend(wrapper, Q, KV, attn_sink)
+'''
+
+
 def flashinfer_candidate(definition: dict) -> dict | None:
-    """The FlashInfer candidate of a definition (its JSON), or None: the dense attentions
-    and the prefix attention with a nonempty prefix."""
+    """The FlashInfer candidate of a definition (its JSON), or None: the dense attentions,
+    the prefix attention with a nonempty prefix and the sparse MLA prefills."""
+    if definition["op_type"] == "sparse_mla":
+        return _solution(
+            f"flashinfer_{definition['name']}",
+            definition["name"],
+            "Library path (issue 14): FlashInfer 0.6.18's MLA attention (FA3 backend, "
+            "Hopper), each query token a request over its valid listed latent rows (page "
+            "size 1), planned once per input set in prepare(); the sink applied by the "
+            "log-sum-exp. Its kernels must be prebuilt (scripts/flashinfer_cache.py); "
+            "scripts/library_candidates.py writes this file.",
+            ["flashinfer-python==0.6.18.post1", "torch>=2.7"],
+            {"main.py": FLASHINFER_MLA_MAIN},
+        )
     kind = FLASHINFER.get(definition["op_type"])
     if kind is None or definition["name"].endswith("_prefix0"):  # (prefix0: a mask FA3 lacks)
         return None

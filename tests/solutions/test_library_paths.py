@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from itertools import pairwise
@@ -35,13 +36,15 @@ DATASET = load_dataset(ROOT / "dataset")
 TOLERANCE = {name: task.tolerance for name, task in DATASET.tasks.items()}
 NEIGHBORHOOD = sorted(n for n in DATASET.definitions if n.startswith("neighborhood_attention"))
 # FlashInfer's FA3 prefill: the dense attentions and the prefix attention (prefix0's mask is
-# not one FA3 has)
-FLASHINFER = sorted(
+# not one FA3 has); its MLA attention: the sparse MLA prefills
+FLASHINFER_PREFILL = sorted(
     n
     for n, d in DATASET.definitions.items()
     if d.op_type == "dense_attention"
     or (d.op_type == "block_causal_attention" and not n.endswith("_prefix0"))
 )
+FLASHINFER_MLA = sorted(n for n, d in DATASET.definitions.items() if d.op_type == "sparse_mla")
+FLASHINFER = sorted(FLASHINFER_PREFILL + FLASHINFER_MLA)
 
 
 def test_the_written_library_candidates_are_what_the_dataset_gives_today():
@@ -55,9 +58,11 @@ def test_the_written_library_candidates_are_what_the_dataset_gives_today():
             f"{path.name}: run python scripts/library_candidates.py"
         )
         if path.stem.startswith("flashinfer_"):
-            axes = DATASET.definitions[path.stem.removeprefix("flashinfer_")].axes
+            name = path.stem.removeprefix("flashinfer_")
             (main,) = [s["content"] for s in json.loads(text)["sources"]]
-            assert f"HEADS, DIM = {axes['H'].value}, {axes['D'].value}" in main
+            if name in FLASHINFER_PREFILL:
+                axes = DATASET.definitions[name].axes
+                assert f"HEADS, DIM = {axes['H'].value}, {axes['D'].value}" in main
             continue
         if path.stem.startswith("natten_"):
             definition = DATASET.definitions[path.stem.removeprefix("natten_")]
@@ -153,7 +158,7 @@ def test_each_flashinfer_candidate_gives_the_reference_through_flashinfers_contr
     fake = types.ModuleType("flashinfer")
     fake.BatchPrefillWithRaggedKVCacheWrapper = _FakeRaggedPrefill
     monkeypatch.setitem(sys.modules, "flashinfer", fake)
-    for name in FLASHINFER:
+    for name in FLASHINFER_PREFILL:
         (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
         candidate: dict = {}
         exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
@@ -175,6 +180,93 @@ def test_each_flashinfer_candidate_gives_the_reference_through_flashinfers_contr
             verdict = compare(candidate["run"](*inputs), reference["run"](*inputs), TOLERANCE[name])
             assert verdict.passed, (name, batch, queries, keys, verdict.message)
         assert len(_FakeRaggedPrefill.made) == 2, name  # the third call's shape was planned
+
+
+class _FakeMla:
+    """FlashInfer's BatchMLAPagedAttentionWrapper as its documentation and source say it
+    behaves (flashinfer/mla/_core.py, 0.6.18): ``plan`` takes each request's query rows
+    (qo_indptr) and pages (kv_indptr into kv_indices, kv_len_arr tokens), reads every page
+    it is given, scores sm_scale * (q_nope . ckv + q_pe . kpe) and returns ckv's softmax
+    mix, BF16, with the log-sum-exp in base 2 unless ``return_lse_base_on_e``; a request
+    with no token gives zeros and -inf."""
+
+    made: list = []
+    plans = 0
+
+    def __init__(self, workspace, backend):
+        assert backend == "fa3" and workspace.numel() >= 128 << 20
+        self.made.append(self)
+
+    def plan(self, *, qo_indptr, kv_indptr, kv_indices, kv_len_arr, num_heads, head_dim_ckv,
+             head_dim_kpe, page_size, causal, sm_scale, q_data_type, kv_data_type):  # fmt: skip
+        assert qo_indptr.device.type == kv_indptr.device.type == kv_len_arr.device.type == "cpu"
+        assert qo_indptr.dtype == kv_indptr.dtype == kv_indices.dtype == torch.int32
+        assert page_size == 1 and not causal and q_data_type == kv_data_type == torch.bfloat16
+        lengths = kv_len_arr.tolist()
+        assert (kv_indptr[1:] - kv_indptr[:-1]).tolist() == lengths  # (a token a page)
+        self.rows, self.pages, self.lengths = qo_indptr.tolist(), kv_indptr.tolist(), lengths
+        self.indices, self.scale = kv_indices.clone(), sm_scale
+        self.dims = (head_dim_ckv, head_dim_kpe)
+        type(self).plans += 1
+
+    def run(self, q_nope, q_pe, ckv, kpe, *, return_lse, return_lse_base_on_e):
+        assert return_lse and q_nope.shape[-1] == ckv.shape[-1] == self.dims[0]
+        assert q_pe.shape[-1] == kpe.shape[-1] == self.dims[1] and ckv.shape[1] == 1
+        out = torch.zeros_like(q_nope)
+        lse = torch.full(q_nope.shape[:2], float("-inf"))
+        for r, (q0, q1) in enumerate(pairwise(self.rows)):
+            rows = self.indices[self.pages[r] : self.pages[r] + self.lengths[r]].long()
+            if len(rows) == 0:
+                continue
+            scores = torch.einsum("qhd,kd->qhk", q_nope[q0:q1].float(), ckv[rows, 0].float())
+            scores += torch.einsum("qhd,kd->qhk", q_pe[q0:q1].float(), kpe[rows, 0].float())
+            scores *= self.scale
+            out[q0:q1] = torch.einsum("qhk,kd->qhd", scores.softmax(-1), ckv[rows, 0].float())
+            lse[q0:q1] = scores.logsumexp(-1)
+        return out, lse if return_lse_base_on_e else lse / math.log(2)
+
+
+def test_each_flashinfer_mla_candidate_gives_the_reference_through_flashinfers_contract(
+    monkeypatch,
+):
+    """The sparse MLA candidates' own part, FlashInfer's MLA wrapper stood in for by its
+    documented contract: the listed rows kept where valid (an index < 0, >= Nkv, or past
+    topk_length left out), a plan from their counts, the sink by the log-sum-exp, zeros for
+    a token with no valid row; the plain call and the prepared launch alike."""
+    import sys
+    import types
+
+    fake = types.ModuleType("flashinfer")
+    fake.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMla)
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    for name in FLASHINFER_MLA:
+        (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
+        candidate: dict = {}
+        exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
+        reference: dict = {}
+        exec(DATASET.definitions[name].reference, reference)
+        axes = DATASET.definitions[name].axes
+        heads, dim, top_k = axes["H"].value, axes["D"].value, axes["TOPK"].value
+        generator = torch.Generator().manual_seed(top_k)
+        rows, kv_rows = 6, 40
+        q = torch.randn(rows, heads, dim, generator=generator).bfloat16()
+        kv = torch.randn(kv_rows, 1, dim, generator=generator).bfloat16()
+        indices = torch.randint(-3, kv_rows + 3, (rows, 1, top_k), generator=generator).int()
+        indices[2] = -1  # no valid row at all
+        lengths = torch.tensor([top_k, 7, top_k, 1, 0, top_k // 2], dtype=torch.int32)
+        sink = torch.randn(heads, generator=generator)
+        scale = torch.tensor(dim**-0.5)
+        inputs = (q, kv, indices, lengths, sink, scale)
+        expected = reference["run"](*inputs)
+        _FakeMla.made.clear()
+        _FakeMla.plans = 0
+        for produced in (candidate["run"](*inputs), candidate["prepare"](*inputs)()):
+            verdict = compare(produced, expected, TOLERANCE[name])
+            assert verdict.passed, (name, verdict.message)
+        assert produced[2].abs().max() == 0 and produced[4].abs().max() == 0
+        assert _FakeMla.plans == 2 and len(_FakeMla.made) == 2  # a plain one, a prepared one
+        candidate["run"](*inputs)  # the plain call's wrapper planned again
+        assert _FakeMla.plans == 3 and len(_FakeMla.made) == 2
 
 
 LIBRARY_PREFIXES = ("compile_", "fla_", "natten_", "flashinfer_")
