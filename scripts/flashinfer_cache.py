@@ -13,10 +13,12 @@ code, never a candidate's) and copies them there.
     python scripts/flashinfer_cache.py            # build and install; prints seconds a module
     python scripts/flashinfer_cache.py --json     # the same, one JSON object at the end
 
-The configurations follow ``scripts/library_candidates.py`` (FA3 ragged prefill, BF16,
-not causal, no window or soft cap, the head dims the candidates run at): a module name
-that differs there from here would be compiled in the worker's scratch instead, slowly,
-and the run's first call says so by its time.
+The configurations follow ``scripts/library_candidates.py`` (BF16 everywhere: FA3 ragged
+prefill, not causal, at the head dims the candidates run at; FA3 MLA with ckv 512 and no
+rope part; FA2 paged decode on tensor cores at head dim 256); each is checked against its
+math by hand on its small problem. A module name that differs there from here would be
+compiled in the worker's scratch instead, slowly, and the run's first call says so by
+its time.
 """
 
 from __future__ import annotations
@@ -73,6 +75,87 @@ def _prefill(head_dim: int) -> None:
         raise SystemExit(f"FA3 head dim {head_dim}: off by {error} from SDPA")
 
 
+def _mla() -> None:
+    """One MLA attention (FA3), ckv 512 without a rope part, page size 1, as the sparse MLA
+    candidates call it, against its definition by hand."""
+    import flashinfer
+    import torch
+
+    heads, dim, device = 64, 512, torch.device("cuda")
+    workspace = torch.empty(128 << 20, dtype=torch.uint8, device=device)
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(workspace, backend="fa3")
+    counts = torch.tensor([5, 0, 3], dtype=torch.int32)
+    starts = torch.tensor([0, 5, 5, 8], dtype=torch.int32)
+    rows = torch.tensor([0, 2, 4, 6, 8, 1, 3, 5], dtype=torch.int32, device=device)
+    wrapper.plan(
+        qo_indptr=torch.arange(4, dtype=torch.int32),
+        kv_indptr=starts,
+        kv_indices=rows,
+        kv_len_arr=counts,
+        num_heads=heads,
+        head_dim_ckv=dim,
+        head_dim_kpe=0,
+        page_size=1,
+        causal=False,
+        sm_scale=dim**-0.5,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+    )
+    q = torch.randn(3, heads, dim, device=device).bfloat16()
+    kv = torch.randn(9, 1, dim, device=device).bfloat16()
+    out, lse = wrapper.run(
+        q, q.new_empty(3, heads, 0), kv, kv.new_empty(9, 1, 0),
+        return_lse=True, return_lse_base_on_e=True,
+    )  # fmt: skip
+    pairs = zip(starts[:-1].tolist(), counts.tolist(), strict=True)
+    for request, (start, count) in enumerate(pairs):
+        keys = kv[rows[start : start + count].long(), 0].float()
+        scores = q[request].float() @ keys.T * dim**-0.5
+        if count == 0:
+            error = out[request].float().abs().max().item()
+        else:
+            error = (out[request].float() - scores.softmax(-1) @ keys).abs().max().item()
+            error = max(error, (lse[request] - scores.logsumexp(-1)).abs().max().item())
+        if error > 0.05:
+            raise SystemExit(f"MLA request {request}: off by {error}")
+
+
+def _decode() -> None:
+    """One paged decode on tensor cores (FA2), 24 query heads over 2 KV heads of 256, pages
+    of one token, as the QSA candidate calls it."""
+    import flashinfer
+    import torch
+
+    heads, kv_heads, dim, device = 24, 2, 256, torch.device("cuda")
+    workspace = torch.zeros(128 << 20, dtype=torch.uint8, device=device)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
+    rows = torch.tensor([3, 1, 4, 0, 5, 9, 2], dtype=torch.int32, device=device)
+    wrapper.plan(
+        torch.tensor([0, 4, 7], dtype=torch.int32),
+        rows,
+        torch.ones(2, dtype=torch.int32),
+        heads,
+        kv_heads,
+        dim,
+        1,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+        sm_scale=dim**-0.5,
+    )
+    q = torch.randn(2, heads, dim, device=device).bfloat16()
+    k, v = (torch.randn(10, 1, kv_heads, dim, device=device).bfloat16() for _ in range(2))
+    out = wrapper.run(q, (k, v))
+    for request, (start, stop) in enumerate(((0, 4), (4, 7))):
+        picked = rows[start:stop].long()
+        keys = k[picked, 0].float().repeat_interleave(heads // kv_heads, dim=1)
+        values = v[picked, 0].float().repeat_interleave(heads // kv_heads, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[request].float(), keys) * dim**-0.5
+        wanted = torch.einsum("hn,nhd->hd", scores.softmax(-1), values)
+        error = (out[request].float() - wanted).abs().max().item()
+        if error > 0.05:
+            raise SystemExit(f"tensor-core decode request {request}: off by {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object at the end")
@@ -82,12 +165,14 @@ def main() -> None:
     os.environ["FLASHINFER_WORKSPACE_BASE"] = str(workspace)  # read when flashinfer loads
     from flashinfer.jit import env
 
+    builds = [(f"fa3 ragged prefill d{d}", lambda d=d: _prefill(d)) for d in HEAD_DIMS]
+    builds += [("fa3 MLA ckv 512", _mla), ("fa2 tensor-core decode d256", _decode)]
     seconds = {}
-    for head_dim in HEAD_DIMS:
+    for what, build in builds:
         began = time.perf_counter()
-        _prefill(head_dim)
-        seconds[f"fa3 ragged prefill d{head_dim}"] = round(time.perf_counter() - began, 1)
-        print(f"fa3 ragged prefill d{head_dim}: {seconds[f'fa3 ragged prefill d{head_dim}']} s")
+        build()
+        seconds[what] = round(time.perf_counter() - began, 1)
+        print(f"{what}: {seconds[what]} s (built, and checked against its math)", flush=True)
     installed = []
     for built in sorted(env.FLASHINFER_JIT_DIR.glob("*/*.so")):
         name = built.parent.name

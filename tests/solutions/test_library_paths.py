@@ -44,7 +44,10 @@ FLASHINFER_PREFILL = sorted(
     or (d.op_type == "block_causal_attention" and not n.endswith("_prefix0"))
 )
 FLASHINFER_MLA = sorted(n for n, d in DATASET.definitions.items() if d.op_type == "sparse_mla")
-FLASHINFER = sorted(FLASHINFER_PREFILL + FLASHINFER_MLA)
+FLASHINFER_DECODE = sorted(
+    n for n, d in DATASET.definitions.items() if d.op_type == "qsa_attention"
+)
+FLASHINFER = sorted(FLASHINFER_PREFILL + FLASHINFER_MLA + FLASHINFER_DECODE)
 
 
 def test_the_written_library_candidates_are_what_the_dataset_gives_today():
@@ -267,6 +270,102 @@ def test_each_flashinfer_mla_candidate_gives_the_reference_through_flashinfers_c
         assert _FakeMla.plans == 2 and len(_FakeMla.made) == 2  # a plain one, a prepared one
         candidate["run"](*inputs)  # the plain call's wrapper planned again
         assert _FakeMla.plans == 3 and len(_FakeMla.made) == 2
+
+
+class _FakeDecode:
+    """FlashInfer's BatchDecodeWithPagedKVCacheWrapper on tensor cores as its documentation
+    and source say it behaves (flashinfer/decode.py, 0.6.18): request r reads the pages
+    indices[indptr[r]:indptr[r + 1]] of a [pages, page_size, kv_heads, dim] cache, every
+    slot of each but the last, of which the first last_page_len; query head h reads KV head
+    h // (heads / kv_heads); softmax at sm_scale (default 1/sqrt(dim))."""
+
+    made: list = []
+    plans = 0
+
+    def __init__(self, workspace, layout, use_tensor_cores):
+        assert layout == "NHD" and use_tensor_cores and workspace.numel() >= 128 << 20
+        assert not workspace.any()  # FlashInfer asks for it zeroed before its first use
+        self.made.append(self)
+
+    def plan(self, indptr, indices, last_page_len, heads, kv_heads, dim, page_size, *,
+             q_data_type, kv_data_type, sm_scale=None):  # fmt: skip
+        assert indptr.device.type == last_page_len.device.type == "cpu"
+        assert indptr.dtype == indices.dtype == last_page_len.dtype == torch.int32
+        assert q_data_type == kv_data_type == torch.bfloat16 and heads % kv_heads == 0
+        self.indptr, self.indices, self.last = indptr.tolist(), indices.clone(), last_page_len
+        self.shape, self.page = (heads, kv_heads, dim), page_size
+        self.scale = dim**-0.5 if sm_scale is None else sm_scale
+        type(self).plans += 1
+
+    def run(self, q, cache):
+        k, v = cache
+        heads, kv_heads, dim = self.shape
+        assert k.shape[1:] == v.shape[1:] == (self.page, kv_heads, dim) and q.shape[1:] == (
+            heads,
+            dim,
+        )
+        out = torch.empty_like(q)
+        for r, (p0, p1) in enumerate(pairwise(self.indptr)):
+            pages = self.indices[p0:p1].long()
+            slots = [(p, s) for p in pages.tolist() for s in range(self.page)]
+            slots = slots[: len(slots) - self.page + int(self.last[r])]
+            rows = torch.tensor(slots)
+            keys, values = (
+                x[rows[:, 0], rows[:, 1]].float().repeat_interleave(heads // kv_heads, dim=1)
+                for x in (k, v)
+            )
+            scores = torch.einsum("hd,nhd->hn", q[r].float(), keys) * self.scale
+            out[r] = torch.einsum("hn,nhd->hd", scores.softmax(-1), values).bfloat16()
+        return out
+
+
+def test_the_flashinfer_qsa_candidate_gives_the_reference_through_flashinfers_contract(
+    monkeypatch,
+):
+    """The QSA sparse decode candidate's own part, FlashInfer's decode wrapper stood in for
+    by its documented contract: each row's tokens (its valid blocks of four, the incomplete
+    tail, only those before its length) found in the page table for a page size that four
+    divides and one it does not, a plan from their counts; the plain call and the prepared
+    launch alike."""
+    import sys
+    import types
+
+    fake = types.ModuleType("flashinfer")
+    fake.BatchDecodeWithPagedKVCacheWrapper = _FakeDecode
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    for name in FLASHINFER_DECODE:
+        (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
+        candidate: dict = {}
+        exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
+        reference: dict = {}
+        exec(DATASET.definitions[name].reference, reference)
+        axes = DATASET.definitions[name].axes
+        heads, kv_heads, dim = axes["H"].value, axes["HKV"].value, axes["D"].value
+        top_k = axes["TOPK"].value
+        for page in (8, 6):
+            generator = torch.Generator().manual_seed(page)
+            lengths = [9, 16, 23, 4 * page]  # tails of 1, 0, 3 and 0 tokens
+            chosen = [[0, 1], [1, 3], [0, 2, 4], [page - 1]]  # ascending, below L // 4
+            blocks = torch.full((len(lengths), top_k), -1, dtype=torch.int32)
+            for row, ids in enumerate(chosen):
+                blocks[row, : len(ids)] = torch.tensor(ids)
+            pages, per_row = 20, 4  # the last row's tokens fill its pages exactly
+            table = torch.randperm(pages, generator=generator)[: len(lengths) * per_row]
+            inputs = (
+                torch.randn(len(lengths), heads, dim, generator=generator).bfloat16(),
+                torch.randn(pages, page, kv_heads, dim, generator=generator).bfloat16(),
+                torch.randn(pages, page, kv_heads, dim, generator=generator).bfloat16(),
+                table.reshape(len(lengths), per_row).int(),
+                blocks,
+                torch.tensor(lengths, dtype=torch.int32),
+            )
+            expected = reference["run"](*inputs)
+            _FakeDecode.made.clear()
+            _FakeDecode.plans = 0
+            for produced in (candidate["run"](*inputs), candidate["prepare"](*inputs)()):
+                verdict = compare(produced, expected, TOLERANCE[name])
+                assert verdict.passed, (name, page, verdict.message)
+            assert _FakeDecode.plans == 2 and len(_FakeDecode.made) <= 2
 
 
 LIBRARY_PREFIXES = ("compile_", "fla_", "natten_", "flashinfer_")
