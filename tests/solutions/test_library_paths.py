@@ -1,13 +1,14 @@
 """The library paths in dataset/solutions (issue 14): torch.compile of the task baselines
-(compile_*) and NATTEN's na3d for the neighborhood attentions (natten_*), both written by
-scripts/library_candidates.py, and fla-core for the GDN definitions (fla_*). The written
-ones must be what the script writes from today's dataset (a baseline changed without its
-compile candidate would be compared with its old self; a window size changed without the
-NATTEN one would be judged wrong); the compile candidates pass their definition's smallest
-workload on the CPU, judged in the sandbox as any solution is. fla (no Triton interpreter
-here) and NATTEN (a source package, not installed by the test setup; checked by hand on
-the CPU against the references, docs/measurements/h200-kernels.md) are judged on CUDA
-by the GPU test below."""
+(compile_*), NATTEN's na3d for the neighborhood attentions (natten_*) and FlashInfer's
+attention kernels (flashinfer_*), written by scripts/library_candidates.py, and fla-core
+for the GDN definitions (fla_*). The written ones must be what the script writes from
+today's dataset (a baseline changed without its compile candidate would be compared with
+its old self; a window size changed without the NATTEN one would be judged wrong); the
+compile candidates pass their definition's smallest workload on the CPU, judged in the
+sandbox as any solution is; NATTEN (built by the README's test setup) gives the
+references unfused on the CPU; FlashInfer (CUDA only) is stood in for by its documented
+contract, so that the candidates' own part is checked here. All are judged on CUDA by the
+GPU test below."""
 
 from __future__ import annotations
 
