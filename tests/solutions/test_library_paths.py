@@ -119,6 +119,24 @@ def test_each_natten_candidate_gives_the_reference_where_its_window_shifts():
             assert verdict.passed, (name, grid, verdict.message)
 
 
+def _flashinfer_candidate(monkeypatch, name: str, **wrappers) -> tuple[dict, dict]:
+    """The FlashInfer candidate of ``name`` and its definition's reference, each a module's
+    names, with ``flashinfer`` standing for a module of the given ``wrappers``."""
+    import sys
+    import types
+
+    fake = types.ModuleType("flashinfer")
+    for attribute, value in wrappers.items():
+        setattr(fake, attribute, value)
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
+    candidate: dict = {}
+    exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
+    reference: dict = {}
+    exec(DATASET.definitions[name].reference, reference)
+    return candidate, reference
+
+
 class _FakeRaggedPrefill:
     """FlashInfer's BatchPrefillWithRaggedKVCacheWrapper as its documentation and source
     say it behaves (flashinfer/prefill.py, 0.6.18): ``plan`` takes the rows' offsets, the
@@ -156,18 +174,10 @@ def test_each_flashinfer_candidate_gives_the_reference_through_flashinfers_contr
     candidates' own part is checked here: the rows' offsets, the head dim FA3 runs at (the
     d32 definition padded to 64 with its own scale, not 64's), the keys concatenated for
     the prefix attention, the output cut back, one plan per shape."""
-    import sys
-    import types
-
-    fake = types.ModuleType("flashinfer")
-    fake.BatchPrefillWithRaggedKVCacheWrapper = _FakeRaggedPrefill
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
     for name in FLASHINFER_PREFILL:
-        (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
-        candidate: dict = {}
-        exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
-        reference: dict = {}
-        exec(DATASET.definitions[name].reference, reference)
+        candidate, reference = _flashinfer_candidate(
+            monkeypatch, name, BatchPrefillWithRaggedKVCacheWrapper=_FakeRaggedPrefill
+        )
         definition = DATASET.definitions[name]
         heads, dim = definition.axes["H"].value, definition.axes["D"].value
         _FakeRaggedPrefill.made.clear()
@@ -237,18 +247,12 @@ def test_each_flashinfer_mla_candidate_gives_the_reference_through_flashinfers_c
     documented contract: the listed rows kept where valid (an index < 0, >= Nkv, or past
     topk_length left out), a plan from their counts, the sink by the log-sum-exp, zeros for
     a token with no valid row; the plain call and the prepared launch alike."""
-    import sys
     import types
 
-    fake = types.ModuleType("flashinfer")
-    fake.mla = types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMla)
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
     for name in FLASHINFER_MLA:
-        (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
-        candidate: dict = {}
-        exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
-        reference: dict = {}
-        exec(DATASET.definitions[name].reference, reference)
+        candidate, reference = _flashinfer_candidate(
+            monkeypatch, name, mla=types.SimpleNamespace(BatchMLAPagedAttentionWrapper=_FakeMla)
+        )
         axes = DATASET.definitions[name].axes
         heads, dim, top_k = axes["H"].value, axes["D"].value, axes["TOPK"].value
         generator = torch.Generator().manual_seed(top_k)
@@ -328,18 +332,10 @@ def test_the_flashinfer_qsa_candidate_gives_the_reference_through_flashinfers_co
     tail, only those before its length) found in the page table for a page size that four
     divides and one it does not, a plan from their counts; the plain call and the prepared
     launch alike."""
-    import sys
-    import types
-
-    fake = types.ModuleType("flashinfer")
-    fake.BatchDecodeWithPagedKVCacheWrapper = _FakeDecode
-    monkeypatch.setitem(sys.modules, "flashinfer", fake)
     for name in FLASHINFER_DECODE:
-        (source,) = DATASET.solutions[f"flashinfer_{name}"].sources
-        candidate: dict = {}
-        exec(compile(source.content, f"flashinfer_{name}/main.py", "exec"), candidate)
-        reference: dict = {}
-        exec(DATASET.definitions[name].reference, reference)
+        candidate, reference = _flashinfer_candidate(
+            monkeypatch, name, BatchDecodeWithPagedKVCacheWrapper=_FakeDecode
+        )
         axes = DATASET.definitions[name].axes
         heads, kv_heads, dim = axes["H"].value, axes["HKV"].value, axes["D"].value
         top_k = axes["TOPK"].value
