@@ -225,14 +225,25 @@ import flashinfer
 import torch
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's advice for split-KV partial results
+PLAN_BYTES = 1 << 20  # a plan's room (its MLA schedule: about 0.6 MB)
 _workspace: dict = {}  # device -> float workspace, shared (runs never overlap on the stream)
+_staging: dict = {}  # device -> the pinned buffer every plan is staged through
 _plain: dict = {}  # device -> the wrapper a plain call plans again
 
 
 def _wrapper(device):
     if device not in _workspace:
         _workspace[device] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-    return flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace[device], backend="fa3")
+        pinned = device.type == "cuda"  # (the tests' stand-in for FlashInfer runs on the CPU)
+        _staging[device] = torch.empty(PLAN_BYTES, dtype=torch.uint8, pin_memory=pinned)
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace[device], backend="fa3")
+    # FlashInfer gives each wrapper 8 MiB of device and 8 MiB of pinned memory for its plan,
+    # and a prepared launch per input set keeps thousands: the plan's own room instead, and
+    # one pinned buffer to stage it (each plan waits for the device first: the last plan's
+    # copy out of it is done)
+    wrapper._int_workspace_buffer = torch.empty(PLAN_BYTES, dtype=torch.uint8, device=device)
+    wrapper._pin_memory_int_workspace_buffer = _staging[device]
+    return wrapper
 
 
 def _plan(wrapper, Q, KV, indices, topk_length, sm_scale):
@@ -305,17 +316,28 @@ import flashinfer
 import torch
 
 WORKSPACE_BYTES = 128 << 20  # FlashInfer's advice; zeroed before its first use
+PLAN_BYTES = 1 << 20  # a plan's room (a decode schedule: a few KB)
 BLOCK = 4  # tokens a block id selects
 _workspace: dict = {}  # device -> float workspace, shared (runs never overlap on the stream)
+_staging: dict = {}  # device -> the pinned buffer every plan is staged through
 _plain: dict = {}  # device -> the wrapper a plain call plans again
 
 
 def _wrapper(device):
     if device not in _workspace:
         _workspace[device] = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-    return flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        pinned = device.type == "cuda"  # (the tests' stand-in for FlashInfer runs on the CPU)
+        _staging[device] = torch.empty(PLAN_BYTES, dtype=torch.uint8, pin_memory=pinned)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
         _workspace[device], "NHD", use_tensor_cores=True
     )
+    # FlashInfer gives each wrapper 8 MiB of device and 8 MiB of pinned memory for its plan,
+    # and a prepared launch per input set keeps thousands: the plan's own room instead, and
+    # one pinned buffer to stage it (each plan waits for the device first: the last plan's
+    # copy out of it is done)
+    wrapper._int_workspace_buffer = torch.empty(PLAN_BYTES, dtype=torch.uint8, device=device)
+    wrapper._pin_memory_int_workspace_buffer = _staging[device]
+    return wrapper
 
 
 def _plan(wrapper, Q, K_pages, page_table, block_ids, context_lens):

@@ -216,6 +216,8 @@ class _FakeMla:
         assert qo_indptr.device.type == kv_indptr.device.type == kv_len_arr.device.type == "cpu"
         assert qo_indptr.dtype == kv_indptr.dtype == kv_indices.dtype == torch.int32
         assert page_size == 1 and not causal and q_data_type == kv_data_type == torch.bfloat16
+        assert self._int_workspace_buffer.numel() <= 1 << 20  # not 8 MiB a prepared set
+        assert self._pin_memory_int_workspace_buffer.numel() == self._int_workspace_buffer.numel()
         lengths = kv_len_arr.tolist()
         assert (kv_indptr[1:] - kv_indptr[:-1]).tolist() == lengths  # (a token a page)
         self.rows, self.pages, self.lengths = qo_indptr.tolist(), kv_indptr.tolist(), lengths
@@ -297,6 +299,8 @@ class _FakeDecode:
         assert indptr.device.type == last_page_len.device.type == "cpu"
         assert indptr.dtype == indices.dtype == last_page_len.dtype == torch.int32
         assert q_data_type == kv_data_type == torch.bfloat16 and heads % kv_heads == 0
+        assert self._int_workspace_buffer.numel() <= 1 << 20  # not 8 MiB a prepared set
+        assert self._pin_memory_int_workspace_buffer.numel() == self._int_workspace_buffer.numel()
         self.indptr, self.indices, self.last = indptr.tolist(), indices.clone(), last_page_len
         self.shape, self.page = (heads, kv_heads, dim), page_size
         self.scale = dim**-0.5 if sm_scale is None else sm_scale
