@@ -8,6 +8,8 @@
 # one call with an audit part, the fill left the part no time). The cache stays on the
 # machine while it is held (warm: make the next call within 30 s). FILL=1 fills the cache
 # for the part's definitions, then audits them in the same call.
+# SKIP="name ..." audits every definition but those (the rest of an audit whose first part
+# came back from a lost machine).
 # DEFINITIONS="name ..." limits the part to those definitions (the fill and the audit): a
 # part that covers a few definitions in full fits one call with its own fill, and its
 # report stands alone, so the audit can be done in parts across sessions at one commit
@@ -27,6 +29,13 @@ if [[ -z ${CACHE:-} ]]; then
   if (( ${free:-0} >= 64 )); then CACHE=/dev/shm/ikcache; else CACHE=/tmp/ikcache; fi
 fi
 OUT=${OUT:-results/audit}
+if [[ -n ${SKIP:-} && -z ${DEFINITIONS:-} ]]; then  # every task's definition but these
+  DEFINITIONS=$(SKIP="$SKIP" python3 -c "
+import json, os, pathlib
+tasks = {json.loads(p.read_text())['definition'] for p in pathlib.Path('dataset/tasks').glob('*.json')}
+print(' '.join(sorted(tasks - set(os.environ['SKIP'].split()))))")
+  echo "definitions: $DEFINITIONS"
+fi
 source scripts/gpu_setup.sh >/dev/null
 mkdir -p "$(dirname "$REPORT")" "$OUT"
 began=$(date +%s)
