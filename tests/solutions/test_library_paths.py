@@ -385,7 +385,7 @@ def test_every_library_candidate_passes_its_first_workload_on_cuda(tmp_path):
     built = subprocess.run(  # FlashInfer's kernels, where a sandboxed worker can load them
         [sys.executable, str(ROOT / "scripts/flashinfer_cache.py")], capture_output=True, text=True
     )
-    assert built.returncode == 0, built.stdout + built.stderr
+    print(built.stdout + built.stderr)  # (the others are judged even if FlashInfer failed)
     request = Request(
         definitions=definitions,
         solutions=names,
@@ -402,3 +402,4 @@ def test_every_library_candidate_passes_its_first_workload_on_cuda(tmp_path):
         print(row["solution"], row["status"], row.get("error"))
     failed = {r["solution"]: r.get("error") for r in rows if r["status"] != "passed"}
     assert not failed, failed
+    assert built.returncode == 0, built.stdout + built.stderr
