@@ -201,7 +201,8 @@ def main() -> None:
     build_jit_specs(specs)  # one ninja for all (those installed before are skipped)
     seconds = {"build": round(time.perf_counter() - began, 1)}
     print(f"built {len(specs)} modules in {seconds['build']} s", flush=True)
-    missing = [spec.name for spec in specs if _install(spec) is None]
+    installed = {spec.name: _install(spec) for spec in specs}
+    missing = [name for name, path in installed.items() if path is None]
     if missing:
         sys.exit(f"neither built nor installed: {', '.join(missing)}")
     checks = [(f"fa3 ragged prefill d{d}", lambda d=d: _prefill(d)) for d in HEAD_DIMS]
@@ -214,13 +215,13 @@ def main() -> None:
     named = {spec.name for spec in specs}
     extra = [s for name, s in jit_spec_registry.get_all_specs().items() if name not in named]
     for spec in extra:  # built by a wrapper's call under a name the list above lacks
-        if _install(spec) is not None:
+        if (path := _install(spec)) is not None:
+            installed[spec.name] = path
             print(f"also built for a call, not in _specs(): {spec.name}", flush=True)
-    installed = sorted(filter(None, (_install(spec) for spec in specs + extra)))
-    for path in installed:
+    for path in sorted(installed.values()):
         print(f"installed {path}")
     if options.json:
-        print(json.dumps({"seconds": seconds, "installed": installed}))
+        print(json.dumps({"seconds": seconds, "installed": sorted(installed.values())}))
 
 
 if __name__ == "__main__":
