@@ -107,6 +107,32 @@ def qsa_index_edges() -> list:
     return [Q.bfloat16(), Kc.bfloat16(), table, torch.tensor(counts, dtype=torch.int32)]
 
 
+def qsa_index_wide_edges() -> list:
+    """Rows wider than one selecting program's 4,096 ids (the kernel keeps each segment's
+    top 512, then theirs): 9,000 blocks whose cut falls in a run of exact zeros spread over
+    three segments (392 positives); 8,300 with the cut among 639 distinct positive
+    integer scores, the last segment 108 blocks; 4,200 with 30 positives; 300 (all kept).
+    Scores are exact (integer dots, FP32), so no row is ambiguous."""
+    g = torch.Generator().manual_seed(8)
+    page, counts = 16, [9000, 8300, 4200, 300]
+    Q = torch.zeros(4, 4, 128)
+    Q[:, :, :4] = torch.eye(4)
+    width = -(-max(counts) // page)
+    Kc = torch.randn(4 * width, page, 1, 128, generator=g)
+    Kc[:, :, :, :4] = -1.0  # every dot negative: a score of exactly zero
+    pages = torch.randperm(4 * width, generator=g)
+    table = torch.full((4, width), -1, dtype=torch.int32)
+    for row, (n, every) in enumerate(zip(counts, (23, 13, 140, 7), strict=True)):
+        mine = pages[row * width : row * width + -(-n // page)]
+        table[row, : len(mine)] = mine.to(torch.int32)
+        positive = range(0, n, every)
+        ranks = torch.randperm(len(positive), generator=g).tolist()
+        for rank, j in zip(ranks, positive, strict=True):
+            key = Kc[mine[j // page], j % page, 0]
+            key[0], key[1] = 1.0 + rank % 255, 256.0 * (rank // 255)  # distinct, exact
+    return [Q.bfloat16(), Kc.bfloat16(), table, torch.tensor(counts, dtype=torch.int32)]
+
+
 def block_causal_edges() -> list:
     """300 tokens over three query tiles of 128 (four heads; the reference takes any H):
     text, an image block across a tile boundary, text, a second image, text. A text query
@@ -120,9 +146,11 @@ def block_causal_edges() -> list:
 
 
 def mixed_mla_edges() -> list:
-    """Four requests over caches of several pages (the stand-ins small enough for the
+    """Five requests over caches of several pages (the stand-ins small enough for the
     interpreter have one page of each): no valid token (zeros); FP8 tokens only; one FP4
-    token on the last page; both caches across every page with padding in between."""
+    token on the last page; both caches across every page with padding in between (where
+    the FP8 keys, scaled up to 2^4, take nearly all the weight); FP4 tokens only, all 512
+    positions but a run of padding, so that every FP4 split counts."""
     g = torch.Generator().manual_seed(8)
     n8, p8, n4, p4 = 2, 256, 5, 128
 
@@ -137,15 +165,17 @@ def mixed_mla_edges() -> list:
     fp4 = torch.randint(0, 256, (n4, p4, 256), generator=g).to(torch.uint8).view(torch.int8)
     e4m3 = (torch.rand(n4, p4, 32, generator=g) + 0.1).to(torch.float8_e4m3fn).view(torch.int8)
     KV8, KV4 = pages(n8, p8, 512, fp8, ue8m0), pages(n4, p4, 256, fp4, e4m3)
-    ids8 = torch.full((4, 1, 128), -1, dtype=torch.int32)
-    ids4 = torch.full((4, 1, 512), -1, dtype=torch.int32)
+    ids8 = torch.full((5, 1, 128), -1, dtype=torch.int32)
+    ids4 = torch.full((5, 1, 512), -1, dtype=torch.int32)
     ids8[1, 0] = torch.randperm(n8 * p8, generator=g)[:128].to(torch.int32)
     ids4[2, 0, 7] = (n4 - 1) * p4 + 5
     ids8[3, 0] = torch.randperm(n8 * p8, generator=g)[:128].to(torch.int32)
     ids4[3, 0] = torch.randperm(n4 * p4, generator=g)[:512].to(torch.int32)
     ids8[3, 0, 40:50] = -1
     ids4[3, 0, 100:300:3] = -1
-    Q = torch.randn(4, 1, 64, 512, generator=g).bfloat16()
+    ids4[4, 0] = torch.randperm(n4 * p4, generator=g)[:512].to(torch.int32)
+    ids4[4, 0, 200:260] = -1
+    Q = torch.randn(5, 1, 64, 512, generator=g).bfloat16()
     return [Q, KV8, KV4, ids8, ids4, torch.randn(64, generator=g), 512**-0.5]
 
 
@@ -184,7 +214,7 @@ def main() -> None:
         if definition.op_type == "grouped_gemm":
             shapes = grouped_gemm_shapes()
         elif definition.op_type == "qsa_index":
-            shapes = [qsa_index_edges()]
+            shapes = [qsa_index_edges(), qsa_index_wide_edges()]
         elif definition.op_type == "block_causal_attention":
             shapes = [block_causal_edges()]
         elif definition.op_type == "mixed_mla":

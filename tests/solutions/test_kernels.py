@@ -195,10 +195,13 @@ def test_sparse_mla_edges(name):
 
 def test_qsa_index_ties_at_the_cut():
     # Cuts inside runs of exact zeros and of equal positive scores (lowest ids win), a row
-    # of exactly 512 blocks and a short one: a kernel whose sort is not stable, or that
-    # scores relu of the summed heads, fails this.
-    (case,) = _checked(*QSA_TIES)
-    assert case["verdicts"] == [True], case
+    # of exactly 512 blocks and a short one; then rows wider than one selecting program
+    # (each segment's top 512, then theirs), cuts among zeros spread over three segments
+    # and among distinct positives. A kernel whose ties go to higher ids, that scores relu
+    # of the summed heads, keeps only the first segment's top or passes the segments'
+    # candidates on without their keys fails one of them.
+    found = _checked(*QSA_TIES)
+    assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
 def test_block_causal_image_blocks_across_tiles():
