@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .. import cpu_math
+from ..acceptance import compare
 from ..dataset.shapes import declared_shape
 from ..dataset.signature import signature_problem
 from ..dtypes import dtype_name, torch_dtype
@@ -148,3 +149,28 @@ def rejected_rows(
             f"must return one bool per row of {ambiguity.outputs[0]} on its device",
         )
     return marked & ~accepted
+
+
+def accepted(
+    definition: Definition,
+    tolerance: Tolerance,
+    inputs: list[Any],
+    produced: list[Any],
+    expected: list[Any],
+) -> list[bool]:
+    """Each produced output's acceptance against its reference outputs ``expected`` on
+    ``inputs``, as the referee holds a call to it (judge/referee.py, without its messages):
+    the task's ambiguous rows left out of the element-wise comparison, then held to its
+    accept function, which fails every output it names when it rejects a row."""
+    rows = ambiguous_rows(definition, tolerance, inputs, expected)
+    named = tolerance.ambiguity.outputs if tolerance.ambiguity else []
+    passed = [
+        compare(value, wanted, tolerance, rows if name in named else None).passed
+        for name, value, wanted in zip(definition.outputs, produced, expected, strict=True)
+    ]
+    if rows is not None and bool(rows.any()) and all(passed):
+        rejected = rejected_rows(definition, tolerance, inputs, produced, rows)
+        if rejected is not None and bool(rejected.any()):
+            names = definition.outputs
+            passed = [ok and n not in named for n, ok in zip(names, passed, strict=True)]
+    return passed

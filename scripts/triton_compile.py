@@ -1,0 +1,209 @@
+"""Compile a Triton solution's kernels for a GPU architecture on a machine without one, and
+print what ptxas says of each: registers per thread, spills (local memory), shared memory.
+
+The solution's entry point is called on its definition's smallest workload (``--dev``:
+every dev workload; inputs materialized on the CPU) with Triton's launch replaced by a
+recorder, so nothing is computed: each launch's
+arguments give the kernel's signature (pointer dtypes, integer widths, the constexprs and
+num_warps / num_stages), which is then compiled for ``--arch`` (default 90, Hopper) the
+way Triton would on that GPU, without launching anything. What Triton's CPU interpreter
+(the tests' correctness checks) does not show: that the kernel compiles at all (a
+loop-carried value whose type changes, an op the backend lacks), and whether it spills.
+
+    .venv/bin/python scripts/triton_compile.py triton_gdn_decode_qk4_v8_d128_k_last
+    .venv/bin/python scripts/triton_compile.py --all --dev --json
+
+Another workload's shapes may pick other constexprs than those tried. Nothing here
+measures speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.6's default, and quiet
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+from inference_kernels.dataset.layout import load_dataset
+from inference_kernels.dataset.selection import select
+from inference_kernels.dtypes import TORCH_DTYPES
+from inference_kernels.judge.loader import load_package, write_package
+from inference_kernels.materialize.inputs import materialize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+POINTER = {
+    torch.float32: "*fp32",
+    torch.float16: "*fp16",
+    torch.bfloat16: "*bf16",
+    torch.float8_e4m3fn: "*fp8e4nv",
+    torch.float8_e5m2: "*fp8e5",
+    torch.int8: "*i8",
+    torch.uint8: "*u8",
+    torch.int16: "*i16",
+    torch.int32: "*i32",
+    torch.int64: "*i64",
+    torch.bool: "*i1",
+}
+
+
+def _scalar(value) -> str:
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"an argument of type {type(value).__name__}")
+
+
+def _outputs(definition, workload) -> list[torch.Tensor]:
+    """Empty destination tensors of the definition's output shapes at this workload."""
+    axes = {n: a.value for n, a in definition.axes.items() if a.type == "const"}
+    axes.update(workload.axes)
+    return [
+        torch.empty([axes[a] for a in spec.shape or []], dtype=TORCH_DTYPES[spec.dtype])
+        for spec in definition.outputs.values()
+    ]
+
+
+def recorded_launches(dataset, solution, suite: str = "first") -> list[dict]:
+    """Every distinct Triton launch of the solution's entry point on its definition's
+    smallest workload (``suite`` "dev": on each dev workload): the kernel, its signature,
+    constexprs and options."""
+    definition = dataset.definitions[solution.definition]
+    workloads = [w for _, w in select(dataset, [solution.definition], suite)]
+    launches: dict[str, dict] = {}
+
+    def record(self, *args, grid, warmup, **kwargs):
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        bound = dict(zip([p.name for p in self.params], args, strict=False))
+        bound.update(kwargs)
+        signature, constexprs = {}, {}
+        for param in self.params:
+            value = bound.get(param.name, param.default)
+            if param.is_constexpr:
+                signature[param.name] = "constexpr"
+                constexprs[param.name] = value
+            elif isinstance(value, torch.Tensor):
+                signature[param.name] = POINTER[value.dtype]
+            elif value is None:
+                signature[param.name] = "constexpr"
+                constexprs[param.name] = None
+            else:
+                signature[param.name] = _scalar(value)
+        key = json.dumps([self.fn.__name__, signature, repr(constexprs), options])
+        launches.setdefault(
+            key,
+            {"kernel": self, "signature": signature, "constexprs": constexprs, "options": options},
+        )
+
+    original = JITFunction.run
+    JITFunction.run = record
+    try:
+        package = write_package(solution, Path(tempfile.mkdtemp()) / "solution")
+        entry = load_package(solution, definition, package).run
+        for workload in workloads:
+            capture = dataset.captures.get(workload.uuid)
+            inputs = materialize(definition, workload, data_root=dataset.root, capture=capture)
+            with torch.no_grad():
+                entry(*inputs.values, *_outputs(definition, workload))
+    finally:
+        JITFunction.run = original
+    return list(launches.values())
+
+
+def resources(cubin: bytes) -> dict:
+    """cuobjdump's resource line of a cubin: registers, stack frame (where spills go) and
+    local bytes."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+        text = subprocess.run(
+            [str(tool), "--dump-resource-usage", file.name], capture_output=True, text=True
+        ).stdout
+    line = next((x for x in text.splitlines() if "REG:" in x), "")
+    fields = dict(part.split(":", 1) for part in line.split() if ":" in part)
+    return {name: int(fields[name]) for name in ("REG", "STACK", "LOCAL") if name in fields}
+
+
+def compiled(launch: dict, arch: int) -> dict:
+    source = ASTSource(
+        fn=launch["kernel"], signature=launch["signature"], constexprs=launch["constexprs"]
+    )
+    kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=launch["options"])
+    found = resources(kernel.asm["cubin"])
+    return {
+        "kernel": launch["kernel"].fn.__name__,
+        "constexprs": {k: v for k, v in launch["constexprs"].items() if v is not None},
+        "options": launch["options"],
+        "registers": found.get("REG"),
+        "stack_bytes": found.get("STACK"),  # the frame spilled registers go to
+        "local_bytes": found.get("LOCAL"),
+        "shared_bytes": kernel.metadata.shared,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("solutions", nargs="*", help="Triton solution names")
+    parser.add_argument("--all", action="store_true", help="every Triton solution")
+    parser.add_argument("--dev", action="store_true", help="every dev workload's launches")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability (90: H100/H200)")
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.add_argument("--dataset", type=Path, default=ROOT / "dataset", help="dataset root")
+    given = parser.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)
+    dataset = load_dataset(given.dataset)
+    names = given.solutions or []
+    if given.all:
+        names = sorted(s.name for s in dataset.solutions.values() if s.spec.language == "triton")
+    if not names:
+        parser.error("name a solution, or --all")
+    ours = sorted(s.name for s in dataset.solutions.values() if s.spec.language == "triton")
+    for name in names:
+        if name not in ours:
+            parser.error(
+                f"{name!r} is not a Triton solution of {given.dataset} ({', '.join(ours)})"
+            )
+    report, failed = {}, False
+    for name in names:
+        try:
+            solution = dataset.solutions[name]
+            launches = recorded_launches(dataset, solution, "dev" if given.dev else "first")
+            report[name] = [compiled(launch, given.arch) for launch in launches]
+        except Exception as error:  # noqa: BLE001 - reported per solution
+            report[name] = {"error": f"{type(error).__name__}: {str(error)[:2000]}"}
+            failed = True
+        if not given.json:
+            found = report[name]
+            if isinstance(found, dict):
+                print(f"{name}: FAILED {found['error']}")
+                continue
+            print(name)
+            for entry in found:
+                print(
+                    f"  {entry['kernel']:<24} regs {entry['registers']:>3}  stack "
+                    f"{entry['stack_bytes']} B  local {entry['local_bytes']} B  "
+                    f"shared {entry['shared_bytes']} B  "
+                    f"{entry['options']} {entry['constexprs']}"
+                )
+    if given.json:
+        print(json.dumps({"arch": given.arch, "triton": triton.__version__, "solutions": report}))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
