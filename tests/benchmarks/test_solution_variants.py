@@ -1,0 +1,51 @@
+"""benchmarks/solution_variants.py sweeps a kernel's module constants: each variant is
+checked against the reference before it is timed. Here on the CPU, in Triton's
+interpreter (in a process of its own: Triton reads TRITON_INTERPRET when it is imported),
+so without times, on the QSA index kernel's smallest workload (a row of 32 blocks)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import solution_variants  # noqa: E402
+
+QSA = "triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4"
+
+
+def _sweep(*arguments: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, str(ROOT / "benchmarks/solution_variants.py"), QSA, *arguments]
+    return subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+
+
+def test_a_variant_that_writes_half_its_output_fails():
+    done = _sweep(
+        "--set", "TOP_K=512,256", "--set", "BITS=8", "--suite", "first", "--device", "cpu"
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (workload,) = json.loads(done.stdout)["workloads"]
+    found = {tuple(v["set"].items()): v["passed"] for v in workload["variants"]}
+    # the row's 32 ids are kept either way; with TOP_K 256 the last 256 of the 512 slots
+    # keep the poison (the lowest int32) where the reference has -1
+    assert found == {
+        (): True,
+        (("TOP_K", 512), ("BITS", 8)): True,
+        (("TOP_K", 256), ("BITS", 8)): False,
+    }, workload
+    assert workload["inputs"] == "stand-in"
+    assert all(v.get("us") is None for v in workload["variants"])  # no time on the CPU
+
+
+def test_settings_and_an_unknown_constant():
+    assert solution_variants.settings(["BITS=4,8", "X=a"]) == {"BITS": [4, 8], "X": ["a"]}
+    with pytest.raises(SystemExit, match="expected NAME=V1,V2"):
+        solution_variants.settings(["BITS"])
+    done = _sweep("--set", "NOPE=1", "--suite", "first", "--device", "cpu")
+    assert done.returncode != 0 and "has no module constant NOPE" in done.stderr
