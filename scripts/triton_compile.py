@@ -12,6 +12,7 @@ loop-carried value whose type changes, an op the backend lacks), and whether it 
 
     .venv/bin/python scripts/triton_compile.py triton_gdn_decode_qk4_v8_d128_k_last
     .venv/bin/python scripts/triton_compile.py --all --dev --json
+    .venv/bin/python scripts/triton_compile.py --candidate my_kernel -d DEFINITION
 
 Another workload's shapes may pick other constexprs than those tried. Nothing here
 measures speed.
@@ -38,6 +39,8 @@ from triton.runtime.jit import JITFunction
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.dataset.selection import select
 from inference_kernels.dtypes import TORCH_DTYPES
+from inference_kernels.errors import DatasetError
+from inference_kernels.judge.candidates import candidate_solution
 from inference_kernels.judge.loader import load_package, write_package
 from inference_kernels.materialize.inputs import materialize
 
@@ -117,8 +120,11 @@ def recorded_launches(dataset, solution, suite: str = "first") -> list[dict]:
         for workload in workloads:
             capture = dataset.captures.get(workload.uuid)
             inputs = materialize(definition, workload, data_root=dataset.root, capture=capture)
+            outputs = _outputs(definition, workload)
+            if not solution.spec.destination_passing_style:
+                outputs = []  # the solution allocates them
             with torch.no_grad():
-                entry(*inputs.values, *_outputs(definition, workload))
+                entry(*inputs.values, *outputs)
     finally:
         JITFunction.run = original
     return list(launches.values())
@@ -164,24 +170,35 @@ def main() -> int:
     parser.add_argument("--arch", type=int, default=90, help="compute capability (90: H100/H200)")
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--dataset", type=Path, default=ROOT / "dataset", help="dataset root")
+    parser.add_argument(
+        "--candidate", type=Path, help="your solution (folder, JSON or .py), with -d"
+    )
+    parser.add_argument("-d", "--definition", help="the candidate's definition")
     given = parser.parse_args()
     os.environ.pop("TRITON_INTERPRET", None)
     dataset = load_dataset(given.dataset)
-    names = given.solutions or []
-    if given.all:
-        names = sorted(s.name for s in dataset.solutions.values() if s.spec.language == "triton")
-    if not names:
-        parser.error("name a solution, or --all")
     ours = sorted(s.name for s in dataset.solutions.values() if s.spec.language == "triton")
+    solutions = {}
+    if given.candidate:
+        if given.definition not in dataset.definitions:
+            parser.error(f"--candidate needs -d, a definition of {given.dataset}")
+        try:
+            found = candidate_solution(given.candidate, given.definition)
+        except DatasetError as error:
+            parser.error(str(error))
+        solutions[found.name] = found.model_copy(update={"definition": given.definition})
+    names = list(given.solutions) + (ours if given.all else [])
     for name in names:
         if name not in ours:
             parser.error(
                 f"{name!r} is not a Triton solution of {given.dataset} ({', '.join(ours)})"
             )
+        solutions[name] = dataset.solutions[name]
+    if not solutions:
+        parser.error("name a solution, or --all, or --candidate PATH -d DEFINITION")
     report, failed = {}, False
-    for name in names:
+    for name, solution in solutions.items():
         try:
-            solution = dataset.solutions[name]
             launches = recorded_launches(dataset, solution, "dev" if given.dev else "first")
             report[name] = [compiled(launch, given.arch) for launch in launches]
         except Exception as error:  # noqa: BLE001 - reported per solution
@@ -192,7 +209,7 @@ def main() -> int:
             if isinstance(found, dict):
                 print(f"{name}: FAILED {found['error']}")
                 continue
-            print(name)
+            print(name if found else f"{name}: no Triton kernel launched on these workloads")
             for entry in found:
                 print(
                     f"  {entry['kernel']:<24} regs {entry['registers']:>3}  stack "
