@@ -7,7 +7,8 @@
 # launch cost is nil, and the load a case needs after a rest; languages builds and judges
 # a CUDA solution, issue 12; kernels judges our own kernels and the library paths (every
 # solution but the baseline) beside their baselines
-# on the dev workloads, issue 14;
+# on the dev workloads, issue 14; variants sweeps our kernels' tuning constants
+# (benchmarks/variants.txt, each checked against the reference, then timed);
 # KERNELS=REGEX picks their definitions, e.g. KERNELS='sparse_mla|qsa');
 # RUN_ARGS adds options to those runs (e.g. "-d NAME"); RESUME=--resume continues
 # results/gpu-dev.jsonl. Copies what it produced into $OUT.
@@ -43,6 +44,15 @@ fi
 if [[ $STEPS == *run_to_run* ]]; then  # R2R_PART=spread|compare: one part of it
   timeout "${R2R_SECONDS:-500}" python3 benchmarks/run_to_run.py --part "${R2R_PART:-all}" \
     --rows "$OUT/run_to_run.jsonl" > "$OUT/run_to_run.json" 2> "$OUT/run_to_run.log"
+fi
+if [[ $STEPS == *variants* ]]; then  # our kernels' tuning constants, benchmarks/variants.txt
+  while read -r solution sets; do
+    [[ -z $solution || $solution == \#* || ! $solution =~ ${KERNELS:-.} ]] && continue
+    # shellcheck disable=SC2086  # the --set options, split
+    timeout "${VARIANT_SECONDS:-240}" python3 benchmarks/solution_variants.py "$solution" $sets \
+      > "$OUT/variants-$solution.json" 2>> "$OUT/variants.log"
+    echo "variants $solution exit $?"
+  done < benchmarks/variants.txt
 fi
 if [[ $STEPS == *kernels* ]]; then
   mapfile -t picked < <(python3 -c "
