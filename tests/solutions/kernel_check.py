@@ -4,11 +4,15 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges] [--axes T=13,Y=12,X=14]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
-attention, the mixed MLA decode's pages and empty requests.
+attention, the mixed MLA decode's pages and empty requests, the dense attention's split keys.
+
+``--reversed`` runs each kernel's programs in reverse order (the interpreter runs them one
+after another, first to last): a kernel whose programs write where others still read
+passes in one order only, as it might on a GPU, where they run together.
 
 ``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
 those var axes replaced (stand-in inputs), for definitions whose workloads are all too
@@ -28,6 +32,21 @@ from test_baselines import DATASET_INDEX, load_entry_point, same_bytes
 from inference_kernels.dataset.selection import input_bytes, select
 from inference_kernels.materialize.inputs import materialize
 from inference_kernels.materialize.references import accepted, run_reference
+
+
+def run_programs_reversed() -> None:
+    """The interpreter's grid loop, last program first: its ``range`` (used there for the
+    grid alone) swapped for a reversed one in a copy of the function."""
+    import builtins
+    import types
+
+    from triton.runtime.interpreter import GridExecutor
+
+    call = GridExecutor.__call__
+    scope = {**call.__globals__, "range": lambda n: reversed(builtins.range(n))}
+    GridExecutor.__call__ = types.FunctionType(
+        call.__code__, scope, call.__name__, call.__defaults__, call.__closure__
+    )
 
 
 def cases(name: str):
@@ -165,10 +184,26 @@ def mixed_mla_edges() -> list:
     return [Q, KV8, KV4, ids8, ids4, torch.randn(64, generator=g), 512**-0.5]
 
 
+def dense_attention_edges(definition) -> list[list]:
+    """Random inputs that split the keys (few query tiles, more than 128 keys): 5 queries
+    over 300 keys (5 splits of 64), two batches of 70 queries over 1,000 (6 splits of 192,
+    the last part-filled, and a part-filled query tile); the captured workloads small
+    enough for the interpreter never split."""
+    g = torch.Generator().manual_seed(9)
+    heads, dim = definition.axes["H"].value, definition.axes["D"].value
+    found = []
+    for batch, queries, keys in ((1, 5, 300), (2, 70, 1000)):
+        q, k, v = (
+            torch.randn(batch, n, heads, dim, generator=g).bfloat16() for n in (queries, keys, keys)
+        )
+        found.append([q, k, v])
+    return found
+
+
 def grouped_gemm_shapes() -> list[list]:
     """Small hand-made grouped GEMMs (the definition's reference takes any E, N, K): rows of
     several experts in one row tile, rows of one expert across tiles, an expert between
-    two others with no rows, and a K of two steps (128)."""
+    two others with no rows, and the smallest K of one step."""
     g = torch.Generator().manual_seed(0)
     found = []
     for rows, experts, width, depth in ((20, 4, 128, 256), (5, 6, 128, 128), (70, 3, 256, 256)):
@@ -189,6 +224,8 @@ def grouped_gemm_shapes() -> list[list]:
 
 def main() -> None:
     name, wrong = sys.argv[1], "--wrong-scale" in sys.argv
+    if "--reversed" in sys.argv:
+        run_programs_reversed()
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
     definition, workloads = cases(solution.definition)
@@ -205,6 +242,8 @@ def main() -> None:
             shapes = [block_causal_edges()]
         elif definition.op_type == "mixed_mla":
             shapes = [mixed_mla_edges()]
+        elif definition.op_type == "dense_attention":
+            shapes = dense_attention_edges(definition)
         else:
             shapes = [sparse_mla_edges(definition)]
         found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]
