@@ -33,8 +33,8 @@ import torch
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.6's default, and quiet
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
+from triton.compiler import ASTSource, make_backend  # noqa: E402
+from triton.runtime.jit import JITFunction, create_function_from_signature  # noqa: E402
 
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.dataset.selection import select
@@ -45,30 +45,6 @@ from inference_kernels.judge.loader import load_package, write_package
 from inference_kernels.materialize.inputs import materialize
 
 ROOT = Path(__file__).resolve().parents[1]
-
-POINTER = {
-    torch.float32: "*fp32",
-    torch.float16: "*fp16",
-    torch.bfloat16: "*bf16",
-    torch.float8_e4m3fn: "*fp8e4nv",
-    torch.float8_e5m2: "*fp8e5",
-    torch.int8: "*i8",
-    torch.uint8: "*u8",
-    torch.int16: "*i16",
-    torch.int32: "*i32",
-    torch.int64: "*i64",
-    torch.bool: "*i1",
-}
-
-
-def _scalar(value) -> str:
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -(2**31) <= value < 2**31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"an argument of type {type(value).__name__}")
 
 
 def _outputs(definition, workload) -> list[torch.Tensor]:
@@ -81,35 +57,41 @@ def _outputs(definition, workload) -> list[torch.Tensor]:
     ]
 
 
-def recorded_launches(dataset, solution, suite: str = "first") -> list[dict]:
+def recorded_launches(dataset, solution, suite: str = "first", arch: int = 90) -> list[dict]:
     """Every distinct Triton launch of the solution's entry point on its definition's
-    smallest workload (``suite`` "dev": on each dev workload): the kernel, its signature,
-    constexprs and options."""
+    smallest workload (``suite`` "dev": on each dev workload), specialized for ``arch``
+    by Triton's own binder as a launch there would be (pointer alignment and integer
+    divisibility hints, integers equal to 1 made constants, the backend's options): the
+    kernel, its signature, constexprs, attributes and options."""
     definition = dataset.definitions[solution.definition]
     workloads = [w for _, w in select(dataset, [solution.definition], suite)]
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
     launches: dict[str, dict] = {}
 
     def record(self, *args, grid, warmup, **kwargs):
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
-        bound = dict(zip([p.name for p in self.params], args, strict=False))
-        bound.update(kwargs)
-        signature, constexprs = {}, {}
-        for param in self.params:
-            value = bound.get(param.name, param.default)
-            if param.is_constexpr:
-                signature[param.name] = "constexpr"
-                constexprs[param.name] = value
-            elif isinstance(value, torch.Tensor):
-                signature[param.name] = POINTER[value.dtype]
-            elif value is None:
-                signature[param.name] = "constexpr"
-                constexprs[param.name] = None
-            else:
-                signature[param.name] = _scalar(value)
-        key = json.dumps([self.fn.__name__, signature, repr(constexprs), options])
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = self._pack_args(
+            backend, kwargs, bound, specialization, options
+        )
+        names = [p.name for p in self.params]
+        shown = {names[path[0]]: value for path, value in constexprs.items() if len(path) == 1}
+        key = repr(
+            [self.fn.__name__, signature, constexprs, attrs, sorted(options.__dict__.items())]
+        )
         launches.setdefault(
             key,
-            {"kernel": self, "signature": signature, "constexprs": constexprs, "options": options},
+            {
+                "kernel": self,
+                "signature": signature,
+                "constexprs": constexprs,
+                "attrs": attrs,
+                "options": options.__dict__,
+                "target": target,
+                "shown": shown,
+                "warps_stages": {"num_warps": options.num_warps, "num_stages": options.num_stages},
+            },
         )
 
     original = JITFunction.run
@@ -145,16 +127,19 @@ def resources(cubin: bytes) -> dict:
     return {name: int(fields[name]) for name in ("REG", "STACK", "LOCAL") if name in fields}
 
 
-def compiled(launch: dict, arch: int) -> dict:
+def compiled(launch: dict) -> dict:
     source = ASTSource(
-        fn=launch["kernel"], signature=launch["signature"], constexprs=launch["constexprs"]
+        fn=launch["kernel"],
+        signature=launch["signature"],
+        constexprs=launch["constexprs"],
+        attrs=launch["attrs"],
     )
-    kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=launch["options"])
+    kernel = triton.compile(source, target=launch["target"], options=launch["options"])
     found = resources(kernel.asm["cubin"])
     return {
         "kernel": launch["kernel"].fn.__name__,
-        "constexprs": {k: v for k, v in launch["constexprs"].items() if v is not None},
-        "options": launch["options"],
+        "constexprs": {k: v for k, v in launch["shown"].items() if v is not None},
+        "options": launch["warps_stages"],
         "registers": found.get("REG"),
         "stack_bytes": found.get("STACK"),  # the frame spilled registers go to
         "local_bytes": found.get("LOCAL"),
@@ -199,8 +184,9 @@ def main() -> int:
     report, failed = {}, False
     for name, solution in solutions.items():
         try:
-            launches = recorded_launches(dataset, solution, "dev" if given.dev else "first")
-            report[name] = [compiled(launch, given.arch) for launch in launches]
+            suite = "dev" if given.dev else "first"
+            launches = recorded_launches(dataset, solution, suite, given.arch)
+            report[name] = [compiled(launch) for launch in launches]
         except Exception as error:  # noqa: BLE001 - reported per solution
             report[name] = {"error": f"{type(error).__name__}: {str(error)[:2000]}"}
             failed = True

@@ -31,8 +31,8 @@ def tool():
 
 
 def test_every_launch_of_the_qsa_index_compiles_for_sm90(tool):
-    launches = tool.recorded_launches(DATASET_INDEX, DATASET_INDEX.solutions[QSA], "dev")
-    found = [tool.compiled(launch, 90) for launch in launches]
+    launches = tool.recorded_launches(DATASET_INDEX, DATASET_INDEX.solutions[QSA], "dev", 90)
+    found = [tool.compiled(launch) for launch in launches]
     kernels = sorted({(entry["kernel"], entry["constexprs"].get("GIVEN")) for entry in found})
     # scoring, one-stage selection, and both stages of wide rows (B 1 of 62,320 blocks)
     assert kernels == [("_scores", None), ("_select", False), ("_select", True)], kernels
@@ -59,4 +59,4 @@ def test_a_kernel_that_does_not_compile_is_named(tool):
         if x["kernel"].fn.__name__ == "_select"
     ]
     with pytest.raises(Exception, match="Loop-carried variable digit"):
-        tool.compiled(launches[0], 90)
+        tool.compiled(launches[0])
