@@ -1,18 +1,21 @@
 """Tuning constants of one of our kernels, swept: every combination of the module constants
 given (``--set NAME=V1,V2``), each checked against the reference under the task's tolerance
-(the referee's acceptance, ambiguity included) and timed in a CUDA graph (Triton's
+(the referee's acceptance, ambiguity included) on an eager call and on a replay of the call
+captured in a CUDA graph, each on poisoned outputs, then timed in a CUDA graph (Triton's
 ``do_bench_cudagraph``, median) on each dev workload of its definition, beside the solution
-as it is. Prints one JSON document: per workload, the variants fastest first.
+as it is. Prints JSON lines: the sweep, then each workload's variants, fastest first, as
+each workload is done.
 
     PYTHONPATH=src python3 benchmarks/solution_variants.py \\
         triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4 \\
-        --set BITS=4,8 --set SEGMENT=2048,4096 > qsa-variants.json
+        --set BITS=4,8 --set SEGMENT=2048,4096 > qsa-variants.jsonl
 
 A tuning aid, not a judged time: one process, no sandbox, no regime, the bundled dataset's
 inputs (stand-ins where it has no tensors). With ``--device cpu`` (and TRITON_INTERPRET=1
 for Triton kernels) it checks each variant's correctness in the interpreter and reports no
 time. A constant that a kernel reads itself (not ``run``) cannot change once compiled:
-that variant is reported as failed, with Triton's message.
+that variant is reported as failed, with Triton's message. A variant that loses the CUDA
+context (an illegal address) stops the sweep, saying so: nothing after it could run.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import itertools
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -58,6 +62,8 @@ def settings(pairs: list[str]) -> dict[str, list]:
 
 def variants(grid: dict[str, list]) -> list[dict]:
     """The solution as it is ({}), then every combination of the grid's values."""
+    if not grid:
+        return [{}]
     names = list(grid)
     return [{}] + [
         dict(zip(names, combo, strict=True)) for combo in itertools.product(*grid.values())
@@ -76,12 +82,45 @@ def _poison(outputs: list[torch.Tensor]) -> None:
             output.fill_(torch.iinfo(output.dtype).min)
 
 
+def _listed(produced) -> list[torch.Tensor]:
+    return list(produced) if isinstance(produced, (tuple, list)) else [produced]
+
+
+def _graph_replay_outputs(call, outputs: list[torch.Tensor] | None) -> list[torch.Tensor]:
+    """The outputs of one replay of the call captured in a CUDA graph, on poisoned buffers
+    (``outputs``: the destination buffers; None: the graph's own outputs)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # warm-up off the capture, as torch asks
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        produced = call()
+    replayed = outputs if outputs is not None else _listed(produced)
+    _poison(replayed)
+    graph.replay()
+    torch.cuda.synchronize()
+    return replayed
+
+
 def _time_us(call, device: str, rep_ms: int) -> float | None:
     if device == "cpu":
         return None
     from triton.testing import do_bench_cudagraph
 
     return 1000.0 * do_bench_cudagraph(call, rep=rep_ms, return_mode="median")
+
+
+def _context_broken(device: str) -> bool:
+    """Whether the CUDA context is lost (an illegal address kills every later call)."""
+    if device == "cpu":
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001
+        return True
 
 
 def sweep(
@@ -94,7 +133,8 @@ def sweep(
     limit: int | None,
     rep_ms: int,
     log=sys.stderr,
-) -> dict:
+) -> Iterator[dict]:
+    """The sweep's lines: its header, then one per workload as it is done."""
     solution = dataset.solutions[solution_name]
     definition = dataset.definitions[solution.definition]
     tolerance = dataset.tasks[solution.definition].tolerance
@@ -106,10 +146,13 @@ def sweep(
     if unknown:
         raise SystemExit(f"{solution_name} has no module constant {', '.join(unknown)}")
     original = {name: constants[name] for name in grid}
+    dps = solution.spec.destination_passing_style
     workloads = [w for _, w in select(dataset, [solution.definition], suite)][:limit]
-    report = {"solution": solution_name, "device": device, "suite": suite, "workloads": []}
+    header = {"type": "sweep", "solution": solution_name, "device": device, "suite": suite}
+    header.update(grid={k: v for k, v in grid.items()}, workloads=len(workloads))
     if device != "cpu":
-        report["gpu"] = torch.cuda.get_device_name(device)
+        header["gpu"] = torch.cuda.get_device_name(device)
+    yield header
     for index, workload in enumerate(workloads):
         capture = dataset.captures.get(workload.uuid)
         made = materialize(
@@ -117,29 +160,47 @@ def sweep(
         )
         inputs = made.values
         expected = run_reference(definition, inputs)
-        outputs = [torch.empty_like(e) for e in expected]
-        rows = []
+        outputs = [torch.empty_like(e) for e in expected] if dps else []
+
+        def call(i=inputs, o=outputs):
+            with torch.no_grad():
+                return run(*i, *o)
+
+        rows, broken = [], False
         for variant in variants(grid):
             constants.update(original)
             constants.update(variant)
             entry = {"set": variant}
             try:
                 _poison(outputs)
-                with torch.no_grad():
-                    run(*inputs, *outputs)
-                entry["passed"] = all(accepted(definition, tolerance, inputs, outputs, expected))
+                produced = outputs if dps else _listed(call())
+                if dps:
+                    call()
+                entry["passed"] = all(accepted(definition, tolerance, inputs, produced, expected))
+                if entry["passed"] and device != "cpu":  # and on a graph replay's outputs
+                    replayed = _graph_replay_outputs(call, outputs if dps else None)
+                    entry["passed"] = all(
+                        accepted(definition, tolerance, inputs, replayed, expected)
+                    )
+                    entry["graph_checked"] = True
                 if entry["passed"]:
-                    entry["us"] = _time_us(lambda i=inputs, o=outputs: run(*i, *o), device, rep_ms)
+                    entry["us"] = _time_us(call, device, rep_ms)
             except Exception as error:  # noqa: BLE001 - a variant that does not run is reported
                 entry.update(passed=False, error=f"{type(error).__name__}: {str(error)[:300]}")
+                broken = _context_broken(device)
             rows.append(entry)
+            if broken:
+                break
         constants.update(original)
         rows.sort(key=lambda r: (not r["passed"], r.get("us") or 0.0))
-        report["workloads"].append(
-            {"uuid": workload.uuid, "axes": workload.axes, "inputs": made.origin, "variants": rows}
-        )
+        line = {"type": "workload", "uuid": workload.uuid, "axes": workload.axes}
+        line.update(inputs=made.origin, variants=rows)
+        if broken:
+            line["stopped"] = "the CUDA context was lost: no later variant or workload can run"
+        yield line
         print(f"{index + 1}/{len(workloads)} {workload.axes}: {rows[0]}", file=log, flush=True)
-    return report
+        if broken:
+            return
 
 
 def main() -> None:
@@ -161,7 +222,7 @@ def main() -> None:
     dataset = load_dataset(given.dataset)
     if given.solution not in dataset.solutions:
         raise SystemExit(f"no solution {given.solution!r} in {given.dataset}")
-    report = sweep(
+    lines = sweep(
         dataset,
         given.solution,
         settings(given.set),
@@ -170,7 +231,8 @@ def main() -> None:
         limit=given.limit,
         rep_ms=given.rep_ms,
     )
-    print(json.dumps(report))
+    for line in lines:  # one at a time: a sweep cut short by a timeout keeps what it did
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def test_a_variant_that_writes_half_its_output_fails():
         "--set", "TOP_K=512,256", "--set", "BITS=8", "--suite", "first", "--device", "cpu"
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    (workload,) = json.loads(done.stdout)["workloads"]
+    header, workload = (json.loads(line) for line in done.stdout.splitlines())
+    assert header["type"] == "sweep" and header["workloads"] == 1 and header["device"] == "cpu"
+    assert workload["type"] == "workload"
     found = {tuple(v["set"].items()): v["passed"] for v in workload["variants"]}
     # the row's 32 ids are kept either way; with TOP_K 256 the last 256 of the 512 slots
     # keep the poison (the lowest int32) where the reference has -1
@@ -45,6 +47,7 @@ def test_a_variant_that_writes_half_its_output_fails():
 
 def test_settings_and_an_unknown_constant():
     assert solution_variants.settings(["BITS=4,8", "X=a"]) == {"BITS": [4, 8], "X": ["a"]}
+    assert solution_variants.variants({}) == [{}]  # the solution as it is, once
     with pytest.raises(SystemExit, match="expected NAME=V1,V2"):
         solution_variants.settings(["BITS"])
     done = _sweep("--set", "NOPE=1", "--suite", "first", "--device", "cpu")
