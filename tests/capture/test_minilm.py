@@ -84,7 +84,7 @@ def test_the_bundled_minilm_workloads_pass_the_baselines_through_the_judge(tmp_p
     definitions = [option for name in MINILM for option in ("-d", name)]
     report = tmp_path / "results.jsonl"
     code, summary = _json("run", *definitions, "--suite", "all", "--report", str(report))
-    assert code == 0 and summary["failed"] == 0
+    assert code == 0 and summary["failed"] == 0, summary["failures"]
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     cases = [row for row in rows if row.get("type") == "case"]
     assert len(cases) == 25
