@@ -3,7 +3,7 @@
 # stays held while calls follow within its 30 s of idle, up to 30 minutes). The machine ends
 # a call's processes when the call returns, except one that started a process session of
 # its own: `start` runs the job so (setsid), on a copy of src/, dataset/, scripts/, tests/,
-# pyproject.toml and .whl/ under STATE (later calls' copies of the working tree cannot touch
+# benchmarks/, pyproject.toml and .whl/ under STATE (later calls' copies of the working tree cannot touch
 # it), with OUT=$STATE/out for its files, ORIGIN the call's working tree (to copy a report
 # in, to resume it), and INFERENCE_KERNELS_CONFIG under STATE (the judge's key must outlive
 # the call's tree; an existing key folder is copied there).
@@ -23,7 +23,7 @@ start)
   if alive; then echo "a job runs under $STATE (pid $(cat "$STATE/pid")): not starting another"; exit 2; fi
   rm -rf "$STATE" && mkdir -p "$STATE/tree" "$STATE/out" || exit 2
   cp -a src dataset scripts "$STATE/tree/" || exit 2
-  for extra in tests pyproject.toml; do  # (for a job that runs GPU tests after its audit)
+  for extra in tests benchmarks pyproject.toml; do  # (GPU tests, benchmarks after an audit)
     if [[ -e $extra ]]; then cp -a "$extra" "$STATE/tree/" || exit 2; fi
   done
   if [[ -d .whl ]]; then cp -a .whl "$STATE/tree/" || exit 2; fi
