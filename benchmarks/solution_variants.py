@@ -70,6 +70,14 @@ def variants(grid: dict[str, list]) -> list[dict]:
     ]
 
 
+def loaded(solution, definition) -> tuple:
+    """The solution's ``run`` and its module's globals (under any decorator), where the
+    tuning constants are."""
+    package = write_package(solution, Path(tempfile.mkdtemp()) / "s")
+    run = load_package(solution, definition, package).run
+    return run, inspect.unwrap(run).__globals__
+
+
 def _poison(outputs: list[torch.Tensor]) -> None:
     """Fill the destination buffers with what no reference gives (NaN, the lowest integer),
     so that a variant cannot pass on what the one before it wrote."""
@@ -138,10 +146,7 @@ def sweep(
     solution = dataset.solutions[solution_name]
     definition = dataset.definitions[solution.definition]
     tolerance = dataset.tasks[solution.definition].tolerance
-    run = load_package(
-        solution, definition, write_package(solution, Path(tempfile.mkdtemp()) / "s")
-    ).run
-    constants = inspect.unwrap(run).__globals__  # the module's, under any decorator
+    run, constants = loaded(solution, definition)
     unknown = [name for name in grid if name not in constants]
     if unknown:
         raise SystemExit(f"{solution_name} has no module constant {', '.join(unknown)}")

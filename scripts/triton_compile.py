@@ -38,6 +38,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature  # no
 
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.dataset.selection import select
+from inference_kernels.dataset.shapes import declared_shape
 from inference_kernels.dtypes import TORCH_DTYPES
 from inference_kernels.errors import DatasetError
 from inference_kernels.judge.candidates import candidate_solution
@@ -49,11 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _outputs(definition, workload) -> list[torch.Tensor]:
     """Empty destination tensors of the definition's output shapes at this workload."""
-    axes = {n: a.value for n, a in definition.axes.items() if a.type == "const"}
-    axes.update(workload.axes)
     return [
-        torch.empty([axes[a] for a in spec.shape or []], dtype=TORCH_DTYPES[spec.dtype])
-        for spec in definition.outputs.values()
+        torch.empty(declared_shape(definition, workload, name), dtype=TORCH_DTYPES[spec.dtype])
+        for name, spec in definition.outputs.items()
     ]
 
 
@@ -68,10 +67,12 @@ def recorded_launches(dataset, solution, suite: str = "first", arch: int = 90) -
     target = GPUTarget("cuda", arch, 32)
     backend = make_backend(target)
     launches: dict[str, dict] = {}
+    binders: dict[JITFunction, object] = {}  # one per kernel, as Triton keeps it
 
     def record(self, *args, grid, warmup, **kwargs):
-        binder = create_function_from_signature(self.signature, self.params, backend)
-        bound, specialization, options = binder(*args, **kwargs)
+        if self not in binders:
+            binders[self] = create_function_from_signature(self.signature, self.params, backend)
+        bound, specialization, options = binders[self](*args, **kwargs)
         options, signature, constexprs, attrs = self._pack_args(
             backend, kwargs, bound, specialization, options
         )
@@ -90,7 +91,6 @@ def recorded_launches(dataset, solution, suite: str = "first", arch: int = 90) -
                 "options": options.__dict__,
                 "target": target,
                 "shown": shown,
-                "warps_stages": {"num_warps": options.num_warps, "num_stages": options.num_stages},
             },
         )
 
@@ -139,7 +139,7 @@ def compiled(launch: dict) -> dict:
     return {
         "kernel": launch["kernel"].fn.__name__,
         "constexprs": {k: v for k, v in launch["shown"].items() if v is not None},
-        "options": launch["warps_stages"],
+        "options": {k: launch["options"][k] for k in ("num_warps", "num_stages")},
         "registers": found.get("REG"),
         "stack_bytes": found.get("STACK"),  # the frame spilled registers go to
         "local_bytes": found.get("LOCAL"),

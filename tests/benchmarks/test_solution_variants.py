@@ -57,11 +57,7 @@ def test_settings_and_an_unknown_constant():
 def test_every_planned_sweep_names_a_solution_and_its_constants():
     # benchmarks/variants.txt is what STEPS=variants of scripts/gpu_judge.sh sweeps on the
     # GPU: a misspelt constant would cost a device call to find out
-    import inspect
-    import tempfile
-
     from inference_kernels.dataset.layout import load_dataset
-    from inference_kernels.judge.loader import load_package, write_package
 
     dataset = load_dataset(ROOT / "dataset")
     lines = (ROOT / "benchmarks/variants.txt").read_text().splitlines()
@@ -69,9 +65,7 @@ def test_every_planned_sweep_names_a_solution_and_its_constants():
     assert len(planned) >= 5
     for name, *options in planned:
         solution = dataset.solutions[name]
-        definition = dataset.definitions[solution.definition]
-        package = write_package(solution, Path(tempfile.mkdtemp()) / "s")
-        constants = inspect.unwrap(load_package(solution, definition, package).run).__globals__
+        _, constants = solution_variants.loaded(solution, dataset.definitions[solution.definition])
         assert options[::2] == ["--set"] * (len(options) // 2), name
         grid = solution_variants.settings(options[1::2])
         assert set(grid) <= set(constants), (name, set(grid) - set(constants))
