@@ -55,30 +55,41 @@ if [[ $STEPS == *variants* ]]; then  # our kernels' tuning constants, benchmarks
   done < benchmarks/variants.txt
 fi
 if [[ $STEPS == *kernels* ]]; then
+  # KERNELS=REGEX picks definitions, SOLUTIONS=REGEX their solutions (default: all of them,
+  # the baseline too); RUN_ARGS adds run options (e.g. "--methods graph"); NAME names the
+  # part's two files, $OUT/NAME.jsonl (the rows) and $OUT/NAME.log (the run, its compare).
+  # The rows are signed with the judge's key: carry it (results/ikconfig) and make the
+  # summary and `preferred` here or where the key is.
+  name=${NAME:-kernels}
   mapfile -t picked < <(python3 -c "
 import json, os, pathlib, re
-kernels = (json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json'))
+solutions = [json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json')]
 wanted = re.compile(os.environ.get('KERNELS', '.'))
-for name in sorted({s['definition'] for s in kernels if not s['name'].startswith('torch_')}):
-    if wanted.search(name):
-        print('-d'); print(name)")
+chosen = os.environ.get('SOLUTIONS')
+names = sorted({s['definition'] for s in solutions if not s['name'].startswith('torch_')})
+for name in filter(wanted.search, names):
+    print('-d'); print(name)
+    if chosen:
+        for s in sorted(s['name'] for s in solutions if s['definition'] == name):
+            if re.search(chosen, s):
+                print('-s'); print(s)")
   flashinfer=$(python3 -c "
 import pathlib, sys
 picked = set(sys.argv[1:])
-found = (p.stem.removeprefix('flashinfer_') for p in pathlib.Path('dataset/solutions').rglob('flashinfer_*.json'))
-print(int(bool(picked & set(found))))" "${picked[@]}")
+found = {p.stem for p in pathlib.Path('dataset/solutions').rglob('flashinfer_*.json')}
+if '-s' not in picked:  # every solution of the definitions picked
+    found = {f.removeprefix('flashinfer_') for f in found}
+print(int(bool(picked & found)))" "${picked[@]}")
   if [[ $flashinfer == 1 ]]; then  # FlashInfer's kernels, built before the run (minutes)
     timeout 900 python3 scripts/flashinfer_cache.py > "$OUT/flashinfer-cache.log" 2>&1
     echo "flashinfer cache exit $?"
   fi
+  # shellcheck disable=SC2086  # RUN_ARGS, split
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
-    "${picked[@]}" --report "$OUT/kernels.jsonl" --cache .cache/ik --overwrite > "$OUT/kernels.log" 2>&1
-  echo "kernels run exit $?"
-  python3 -m inference_kernels.cli compare "$OUT/kernels.jsonl" | tee "$OUT/kernels-compare.txt"
-  python3 -m inference_kernels.cli summary "$OUT/kernels.jsonl" -o "$OUT" >/dev/null
-  cat "$OUT/performance.md"
-  # here: the rows are signed with this machine's key, which a copy elsewhere cannot check
-  python3 -m inference_kernels.cli preferred "$OUT/kernels.jsonl" -o "$OUT/preferred-h200.json"
+    "${picked[@]}" ${RUN_ARGS:-} --report "$OUT/$name.jsonl" --cache "${CACHE:-.cache/ik}" \
+    --overwrite > "$OUT/$name.log" 2>&1
+  echo "kernels run $name exit $?" | tee -a "$OUT/$name.log"
+  python3 -m inference_kernels.cli compare "$OUT/$name.jsonl" >> "$OUT/$name.log" 2>&1
 fi
 if [[ $STEPS == *replay* ]]; then
   timeout 300 python3 -m inference_kernels.cli replay --device cuda \
