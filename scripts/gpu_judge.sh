@@ -50,7 +50,7 @@ if [[ $STEPS == *variants* ]]; then  # our kernels' tuning constants, benchmarks
     [[ -z $solution || $solution == \#* || ! $solution =~ ${KERNELS:-.} ]] && continue
     # shellcheck disable=SC2086  # the --set options, split
     timeout "${VARIANT_SECONDS:-240}" python3 benchmarks/solution_variants.py "$solution" $sets \
-      > "$OUT/variants-$solution.jsonl" 2>> "$OUT/variants.log"
+      >> "$OUT/variants-$solution.jsonl" 2>> "$OUT/variants.log"  # (a solution may have several sweeps)
     echo "variants $solution exit $?"
   done < benchmarks/variants.txt
 fi
