@@ -68,11 +68,13 @@ wanted = re.compile(os.environ.get('KERNELS', '.'))
 chosen = os.environ.get('SOLUTIONS')
 names = sorted({s['definition'] for s in solutions if not s['name'].startswith('torch_')})
 for name in filter(wanted.search, names):
+    mine = sorted(s['name'] for s in solutions if s['definition'] == name)
+    kept = [s for s in mine if re.search(chosen, s)] if chosen else []
+    if chosen and not kept:
+        continue
     print('-d'); print(name)
-    if chosen:
-        for s in sorted(s['name'] for s in solutions if s['definition'] == name):
-            if re.search(chosen, s):
-                print('-s'); print(s)")
+    for s in kept:
+        print('-s'); print(s)")
   flashinfer=$(python3 -c "
 import pathlib, sys
 picked = set(sys.argv[1:])
