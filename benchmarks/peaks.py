@@ -8,6 +8,7 @@ SM clock read right after (NVML); on the CPU, wall clock and small sizes, indica
 Printed as JSON, the provenance with it (device, driver, torch, sizes, method):
 
     PYTHONPATH=src python3 benchmarks/peaks.py [--device cuda] [--write dataset/hardware/h200.json]
+    PYTHONPATH=src python3 benchmarks/peaks.py --from-report peaks.json --write TABLE.json
 
 ``--write`` also writes the figures as the dataset's hardware table for the device
 (``schema.Hardware``), where a row's least work is held to them. FP8 x FP4 is held to the
@@ -123,7 +124,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--write", help="also write the hardware table (schema.Hardware) here")
+    parser.add_argument(
+        "--from-report",
+        metavar="JSON",
+        help="measure nothing: write the table (--write) from a report this printed before",
+    )
     options = parser.parse_args()
+    if options.from_report:
+        if not options.write:
+            sys.exit("--from-report: name the table to write with --write")
+        write_table(json.loads(Path(options.from_report).read_text()), options.write)
+        return
     device = torch.device(options.device)
     cuda = device.type == "cuda"
     n, size = (8192, 4 << 30) if cuda else (512, 256 << 20)
@@ -135,6 +146,7 @@ def main() -> None:
         if cuda
         else f"best of {REPLAYS} wall-clock loops (indicative)",
         "sizes": {"matmul_n": n, "copy_bytes": size},
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     figures = {
         "bf16_tflops": lambda: bf16_tflops(n, device),
@@ -180,10 +192,11 @@ def write_table(report: dict, path: str) -> None:
         empty_kernel_us=report["empty_kernel_us"],
         provenance={
             "command": "benchmarks/peaks.py",
-            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "measured_at": report.get("measured_at")
+            or datetime.now(UTC).isoformat(timespec="seconds"),
             **{
                 k: report[k]
-                for k in ("torch", "cuda", "method", "sizes", "memory_ways_tb_s")
+                for k in ("torch", "cuda", "method", "sizes", "memory_ways_tb_s", "note")
                 if k in report
             },
             "sm_mhz": report.get("sm_mhz"),
