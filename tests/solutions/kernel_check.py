@@ -4,7 +4,7 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--set NAME=VALUE]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
@@ -13,6 +13,10 @@ attention, the mixed MLA decode's pages and empty requests, the dense attention'
 ``--reversed`` runs each kernel's programs in reverse order (the interpreter runs them one
 after another, first to last): a kernel whose programs write where others still read
 passes in one order only, as it might on a GPU, where they run together.
+
+``--set`` gives one of the solution's module constants (a tile size) another value: a
+real-size workload checked with wider tiles takes the interpreter fewer programs, while
+the edges check the tiles the solution ships with.
 
 ``--axes`` checks the kernel on one fabricated workload instead: the smallest one with
 those var axes replaced (stand-in inputs), for definitions whose workloads are all too
@@ -228,6 +232,11 @@ def main() -> None:
         run_programs_reversed()
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
+    if "--set" in sys.argv:  # NAME=VALUE: a module constant that run() reads when called
+        constant, value = sys.argv[sys.argv.index("--set") + 1].split("=")
+        if constant not in entry.__globals__:
+            raise SystemExit(f"--set: {name} has no module constant {constant}")
+        entry.__globals__[constant] = type(entry.__globals__[constant])(value)
     definition, workloads = cases(solution.definition)
     if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
         uuid = sys.argv[sys.argv.index("--uuid") + 1]
