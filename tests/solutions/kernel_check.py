@@ -25,6 +25,7 @@ large for the interpreter.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import tempfile
@@ -234,9 +235,10 @@ def main() -> None:
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
     if "--set" in sys.argv:  # NAME=VALUE: a module constant that run() reads when called
         constant, value = sys.argv[sys.argv.index("--set") + 1].split("=")
-        if constant not in entry.__globals__:
+        constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
+        if constant not in constants:
             raise SystemExit(f"--set: {name} has no module constant {constant}")
-        entry.__globals__[constant] = type(entry.__globals__[constant])(value)
+        constants[constant] = type(constants[constant])(value)
     definition, workloads = cases(solution.definition)
     if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
         uuid = sys.argv[sys.argv.index("--uuid") + 1]
