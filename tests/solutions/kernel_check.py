@@ -4,7 +4,7 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--set NAME=VALUE]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--set NAME=VALUE ...]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
@@ -233,12 +233,13 @@ def main() -> None:
         run_programs_reversed()
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
-    if "--set" in sys.argv:  # NAME=VALUE: a module constant that run() reads when called
-        constant, value = sys.argv[sys.argv.index("--set") + 1].split("=")
-        constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
-        if constant not in constants:
-            raise SystemExit(f"--set: {name} has no module constant {constant}")
-        constants[constant] = type(constants[constant])(value)
+    constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
+    for at, flag in enumerate(sys.argv):  # --set NAME=VALUE (repeatable): a module constant
+        if flag == "--set":  # that run() reads when called
+            constant, value = sys.argv[at + 1].split("=")
+            if constant not in constants:
+                raise SystemExit(f"--set: {name} has no module constant {constant}")
+            constants[constant] = type(constants[constant])(value)
     definition, workloads = cases(solution.definition)
     if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
         uuid = sys.argv[sys.argv.index("--uuid") + 1]
