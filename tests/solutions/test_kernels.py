@@ -84,7 +84,7 @@ QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
-GROUPED_GEMM_SHIFTS = (*GROUPED_GEMM_EDGES, "--set", "DECODE=shift")
+GROUPED_GEMM_SHIFTS = (*GROUPED_GEMM_EDGES, "--set", "DECODE=shift", "--set", "SMALL_PRODUCT=swap")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -101,7 +101,7 @@ FIXED = {
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_EDGES,
-    "test_grouped_gemm_decode_by_shifts": GROUPED_GEMM_SHIFTS,
+    "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_SHIFTS,
 }
 
 
@@ -259,10 +259,11 @@ def test_grouped_gemm_small_shapes():
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
 
-def test_grouped_gemm_decode_by_shifts():
+def test_grouped_gemm_decode_by_shifts_and_swapped_product():
     # The same shapes with the weights decoded by shifts and masks (DECODE = "shift": each
     # value times 2^-6, the sum times 2^6 at the end; in the interpreter the plain Triton
-    # operations the GPU's PTX does four bytes at a time). Dropping the 2^6, or a shift off
-    # by one, fails these.
+    # operations the GPU's PTX does four bytes at a time) and the small tiles' product
+    # taken as W A^T, stored transposed (SMALL_PRODUCT = "swap"). Dropping the 2^6, a shift
+    # off by one, or the row scales of the swapped product fails these.
     found = _checked(*GROUPED_GEMM_SHIFTS)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
