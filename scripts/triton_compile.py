@@ -1,5 +1,9 @@
 """Compile a Triton solution's kernels for a GPU architecture on a machine without one, and
-print what ptxas says of each: registers per thread, spills (local memory), shared memory.
+print what ptxas says of each: registers per thread, spills (local memory), shared memory;
+and what the machine code does, counted from cuobjdump's SASS: its instructions, those on
+the tensor cores by kind (HMMA is a warp's mma.sync, HGMMA and QGMMA the warpgroup's wgmma
+of 16-bit and FP8 operands), the type conversions (F2FP: two floats to a packed pair, as
+FP8 operands converted for an FP16 product) and the integer ALU's.
 
 The solution's entry point is called on its definition's smallest workload (``--dev``:
 every dev workload; inputs materialized on the CPU) with Triton's launch replaced by a
@@ -13,16 +17,22 @@ loop-carried value whose type changes, an op the backend lacks), and whether it 
     .venv/bin/python scripts/triton_compile.py triton_gdn_decode_qk4_v8_d128_k_last
     .venv/bin/python scripts/triton_compile.py --all --dev --json
     .venv/bin/python scripts/triton_compile.py --candidate my_kernel -d DEFINITION
+    .venv/bin/python scripts/triton_compile.py NAME --set BLOCK_N=128 --set DECODE=shift
 
-Another workload's shapes may pick other constexprs than those tried. Nothing here
-measures speed.
+``--set NAME=VALUE`` (repeatable) gives one of the solution's module constants another value
+first, as ``benchmarks/solution_variants.py`` sweeps them on a GPU. Another workload's
+shapes may pick other constexprs than those tried. Nothing here measures speed: a count of
+instructions is not a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,12 +66,15 @@ def _outputs(definition, workload) -> list[torch.Tensor]:
     ]
 
 
-def recorded_launches(dataset, solution, suite: str = "first", arch: int = 90) -> list[dict]:
+def recorded_launches(
+    dataset, solution, suite: str = "first", arch: int = 90, settings: dict | None = None
+) -> list[dict]:
     """Every distinct Triton launch of the solution's entry point on its definition's
     smallest workload (``suite`` "dev": on each dev workload), specialized for ``arch``
     by Triton's own binder as a launch there would be (pointer alignment and integer
     divisibility hints, integers equal to 1 made constants, the backend's options): the
-    kernel, its signature, constexprs, attributes and options."""
+    kernel, its signature, constexprs, attributes and options. ``settings``: module
+    constants of the solution given other values first (NAME: value, as text or typed)."""
     definition = dataset.definitions[solution.definition]
     workloads = [w for _, w in select(dataset, [solution.definition], suite)]
     target = GPUTarget("cuda", arch, 32)
@@ -99,6 +112,11 @@ def recorded_launches(dataset, solution, suite: str = "first", arch: int = 90) -
     try:
         package = write_package(solution, Path(tempfile.mkdtemp()) / "solution")
         entry = load_package(solution, definition, package).run
+        constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
+        for constant, value in (settings or {}).items():
+            if constant not in constants:
+                raise ValueError(f"{solution.name} has no module constant {constant}")
+            constants[constant] = type(constants[constant])(value)
         for workload in workloads:
             capture = dataset.captures.get(workload.uuid)
             inputs = materialize(definition, workload, data_root=dataset.root, capture=capture)
@@ -127,6 +145,35 @@ def resources(cubin: bytes) -> dict:
     return {name: int(fields[name]) for name in ("REG", "STACK", "LOCAL") if name in fields}
 
 
+TENSOR_CORE = re.compile(r"MMA")  # HMMA, HGMMA, QGMMA, IMMA, IGMMA, ...
+CONVERSIONS = {"F2FP", "F2F", "I2F", "F2I", "I2FP", "F2IP"}
+INTEGER = {"IMAD", "IADD3", "LOP3", "SHF", "ISETP", "SEL", "LEA", "PRMT", "IMNMX", "IABS"}
+INTEGER |= {"POPC", "FLO", "BMSK", "SGXT", "VIADD", "VIMNMX", "BREV"}
+
+
+def instruction_mix(cubin: bytes) -> dict:
+    """The SASS of a cubin counted by opcode (its first part, ``HMMA.16816.F32`` as HMMA):
+    all instructions, those on the tensor cores and the conversions by opcode, and the
+    integer ALU's (IMAD counts there, as the moves it also does). A static count: a loop's
+    body once, however often it runs."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
+        text = subprocess.run(
+            [str(tool), "-sass", file.name], capture_output=True, text=True, check=True
+        ).stdout
+    # "/*0120*/   @!P0 HMMA.16816.F32 R4, ..." -> HMMA
+    found = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
+    counts = collections.Counter(found)
+    return {
+        "instructions": len(found),
+        "tensor_core": {op: n for op, n in sorted(counts.items()) if TENSOR_CORE.search(op)},
+        "conversions": {op: n for op, n in sorted(counts.items()) if op in CONVERSIONS},
+        "integer": sum(n for op, n in counts.items() if op in INTEGER),
+    }
+
+
 def compiled(launch: dict) -> dict:
     source = ASTSource(
         fn=launch["kernel"],
@@ -144,6 +191,7 @@ def compiled(launch: dict) -> dict:
         "stack_bytes": found.get("STACK"),  # the frame spilled registers go to
         "local_bytes": found.get("LOCAL"),
         "shared_bytes": kernel.metadata.shared,
+        "sass": instruction_mix(kernel.asm["cubin"]),
     }
 
 
@@ -159,7 +207,20 @@ def main() -> int:
         "--candidate", type=Path, help="your solution (folder, JSON or .py), with -d"
     )
     parser.add_argument("-d", "--definition", help="the candidate's definition")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a module constant of the solution(s) given another value (repeatable)",
+    )
     given = parser.parse_args()
+    settings = {}
+    for pair in given.set:
+        constant, sep, value = pair.partition("=")
+        if not sep or not constant or not value:
+            parser.error(f"--set {pair!r}: expected NAME=VALUE")
+        settings[constant] = value
     os.environ.pop("TRITON_INTERPRET", None)
     dataset = load_dataset(given.dataset)
     ours = sorted(s.name for s in dataset.solutions.values() if s.spec.language == "triton")
@@ -185,7 +246,7 @@ def main() -> int:
     for name, solution in solutions.items():
         try:
             suite = "dev" if given.dev else "first"
-            launches = recorded_launches(dataset, solution, suite, given.arch)
+            launches = recorded_launches(dataset, solution, suite, given.arch, settings)
             report[name] = [compiled(launch) for launch in launches]
         except Exception as error:  # noqa: BLE001 - reported per solution
             report[name] = {"error": f"{type(error).__name__}: {str(error)[:2000]}"}
@@ -197,11 +258,15 @@ def main() -> int:
                 continue
             print(name if found else f"{name}: no Triton kernel launched on these workloads")
             for entry in found:
+                sass = entry["sass"]
+                mma = ", ".join(f"{op} {n}" for op, n in sass["tensor_core"].items()) or "none"
+                converted = sum(sass["conversions"].values())
                 print(
                     f"  {entry['kernel']:<24} regs {entry['registers']:>3}  stack "
                     f"{entry['stack_bytes']} B  local {entry['local_bytes']} B  "
-                    f"shared {entry['shared_bytes']} B  "
-                    f"{entry['options']} {entry['constexprs']}"
+                    f"shared {entry['shared_bytes']} B  sass {sass['instructions']} "
+                    f"(tensor cores: {mma}; conversions {converted}; integer "
+                    f"{sass['integer']})  {entry['options']} {entry['constexprs']}"
                 )
     if given.json:
         print(json.dumps({"arch": given.arch, "triton": triton.__version__, "solutions": report}))

@@ -60,3 +60,29 @@ def test_a_kernel_that_does_not_compile_is_named(tool):
     ]
     with pytest.raises(Exception, match="Loop-carried variable digit"):
         tool.compiled(launches[0])
+
+
+GROUPED = "triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32"
+
+
+def test_the_machine_code_says_which_tensor_core_product_a_setting_gets(tool):
+    # The grouped GEMM's decode tiles (16 rows at M 6): as shipped, sm_90 gets a warp's
+    # FP16 mma.sync with both FP8 operands converted (a wgmma needs 64 rows); its product
+    # taken as W A^T (SMALL_PRODUCT "swap") gets an FP8 wgmma, and the shift decode fewer
+    # integer instructions. What `--set` and the SASS counts are for.
+    solution = DATASET_INDEX.solutions[GROUPED]
+    shipped = [tool.compiled(x) for x in tool.recorded_launches(DATASET_INDEX, solution)]
+    swapped = [
+        tool.compiled(x)
+        for x in tool.recorded_launches(
+            DATASET_INDEX, solution, settings={"SMALL_PRODUCT": "swap", "DECODE": "shift"}
+        )
+    ]
+    assert len(shipped) == len(swapped) == 1
+    before, after = shipped[0]["sass"], swapped[0]["sass"]
+    assert set(before["tensor_core"]) == {"HMMA"} and set(after["tensor_core"]) == {"QGMMA"}
+    assert before["conversions"].get("F2FP", 0) >= 32 > after["conversions"].get("F2FP", 0)
+    assert after["integer"] < 0.6 * before["integer"]
+    assert after["instructions"] < before["instructions"]
+    with pytest.raises(ValueError, match="no module constant NOPE"):
+        tool.recorded_launches(DATASET_INDEX, solution, settings={"NOPE": "1"})
