@@ -21,7 +21,6 @@ context (an illegal address) stops the sweep, saying so: nothing after it could 
 from __future__ import annotations
 
 import argparse
-import inspect
 import itertools
 import json
 import sys
@@ -33,7 +32,7 @@ import torch
 
 from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.dataset.selection import select
-from inference_kernels.judge.loader import load_package, write_package
+from inference_kernels.judge.loader import load_package, module_constants, write_package
 from inference_kernels.materialize.inputs import materialize
 from inference_kernels.materialize.references import accepted, run_reference
 
@@ -75,7 +74,7 @@ def loaded(solution, definition) -> tuple:
     tuning constants are."""
     package = write_package(solution, Path(tempfile.mkdtemp()) / "s")
     run = load_package(solution, definition, package).run
-    return run, inspect.unwrap(run).__globals__
+    return run, module_constants(run)
 
 
 def _poison(outputs: list[torch.Tensor]) -> None:

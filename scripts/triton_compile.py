@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import inspect
 import json
 import os
 import re
@@ -52,7 +51,7 @@ from inference_kernels.dataset.shapes import declared_shape
 from inference_kernels.dtypes import TORCH_DTYPES
 from inference_kernels.errors import DatasetError
 from inference_kernels.judge.candidates import candidate_solution
-from inference_kernels.judge.loader import load_package, write_package
+from inference_kernels.judge.loader import load_package, set_constants, write_package
 from inference_kernels.materialize.inputs import materialize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,11 +111,7 @@ def recorded_launches(
     try:
         package = write_package(solution, Path(tempfile.mkdtemp()) / "solution")
         entry = load_package(solution, definition, package).run
-        constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
-        for constant, value in (settings or {}).items():
-            if constant not in constants:
-                raise ValueError(f"{solution.name} has no module constant {constant}")
-            constants[constant] = type(constants[constant])(value)
+        set_constants(entry, settings or {}, solution.name)
         for workload in workloads:
             capture = dataset.captures.get(workload.uuid)
             inputs = materialize(definition, workload, data_root=dataset.root, capture=capture)
@@ -130,16 +125,21 @@ def recorded_launches(
     return list(launches.values())
 
 
-def resources(cubin: bytes) -> dict:
-    """cuobjdump's resource line of a cubin: registers, stack frame (where spills go) and
-    local bytes."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """What Triton's own cuobjdump prints of a cubin with ``flag``."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
         file.write(cubin)
         file.flush()
         tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-        text = subprocess.run(
-            [str(tool), "--dump-resource-usage", file.name], capture_output=True, text=True
+        return subprocess.run(
+            [str(tool), flag, file.name], capture_output=True, text=True, check=True
         ).stdout
+
+
+def resources(cubin: bytes) -> dict:
+    """cuobjdump's resource line of a cubin: registers, stack frame (where spills go) and
+    local bytes."""
+    text = _cuobjdump(cubin, "--dump-resource-usage")
     line = next((x for x in text.splitlines() if "REG:" in x), "")
     fields = dict(part.split(":", 1) for part in line.split() if ":" in part)
     return {name: int(fields[name]) for name in ("REG", "STACK", "LOCAL") if name in fields}
@@ -156,13 +156,7 @@ def instruction_mix(cubin: bytes) -> dict:
     all instructions, those on the tensor cores and the conversions by opcode, and the
     integer ALU's (IMAD counts there, as the moves it also does). A static count: a loop's
     body once, however often it runs."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
-        file.write(cubin)
-        file.flush()
-        tool = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
-        text = subprocess.run(
-            [str(tool), "-sass", file.name], capture_output=True, text=True, check=True
-        ).stdout
+    text = _cuobjdump(cubin, "-sass")
     # "/*0120*/   @!P0 HMMA.16816.F32 R4, ..." -> HMMA
     found = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
     counts = collections.Counter(found)

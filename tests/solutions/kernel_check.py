@@ -25,7 +25,6 @@ large for the interpreter.
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import torch
 from test_baselines import DATASET_INDEX, load_entry_point, same_bytes
 
 from inference_kernels.dataset.selection import input_bytes, select
+from inference_kernels.judge.loader import set_constants
 from inference_kernels.materialize.inputs import materialize
 from inference_kernels.materialize.references import accepted, run_reference
 
@@ -233,13 +233,12 @@ def main() -> None:
         run_programs_reversed()
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
-    constants = inspect.unwrap(entry).__globals__  # the module's, under any decorator
-    for at, flag in enumerate(sys.argv):  # --set NAME=VALUE (repeatable): a module constant
-        if flag == "--set":  # that run() reads when called
-            constant, value = sys.argv[at + 1].split("=")
-            if constant not in constants:
-                raise SystemExit(f"--set: {name} has no module constant {constant}")
-            constants[constant] = type(constants[constant])(value)
+    # --set NAME=VALUE (repeatable): a module constant that run() reads when called
+    settings = dict(sys.argv[at + 1].split("=") for at, f in enumerate(sys.argv) if f == "--set")
+    try:
+        set_constants(entry, settings, name)
+    except ValueError as error:
+        raise SystemExit(f"--set: {error}") from None
     definition, workloads = cases(solution.definition)
     if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
         uuid = sys.argv[sys.argv.index("--uuid") + 1]

@@ -285,6 +285,24 @@ def load_package(
     return _entry(solution, definition, module, file, symbol, package)
 
 
+def module_constants(run: Callable[..., Any]) -> dict[str, Any]:
+    """The globals of a loaded Python or Triton solution's module (its entry point's, under
+    any decorator), where its tuning constants are. For the tools that give them other
+    values (the interpreter checks, the GPU's sweeps, the compile counts), never the judge."""
+    return inspect.unwrap(run).__globals__
+
+
+def set_constants(run: Callable[..., Any], settings: dict[str, Any], owner: str) -> None:
+    """Give module constants of ``owner``'s solution (``run``'s module) other values, each
+    converted to the type of the value it replaces ("64" for an int); ValueError naming the
+    first one the module does not have."""
+    constants = module_constants(run)
+    for name, value in settings.items():
+        if name not in constants:
+            raise ValueError(f"{owner} has no module constant {name}")
+        constants[name] = type(constants[name])(value)
+
+
 def _entry(
     solution: Solution, definition: Definition, module: Any, file: str, symbol: str, package: Path
 ) -> LoadedSolution:
