@@ -61,20 +61,7 @@ if [[ $STEPS == *kernels* ]]; then
   # The rows are signed with the judge's key: carry it (results/ikconfig) and make the
   # summary and `preferred` here or where the key is.
   name=${NAME:-kernels}
-  mapfile -t picked < <(python3 -c "
-import json, os, pathlib, re
-solutions = [json.loads(p.read_text()) for p in pathlib.Path('dataset/solutions').rglob('*.json')]
-wanted = re.compile(os.environ.get('KERNELS', '.'))
-chosen = os.environ.get('SOLUTIONS')
-names = sorted({s['definition'] for s in solutions if not s['name'].startswith('torch_')})
-for name in filter(wanted.search, names):
-    mine = sorted(s['name'] for s in solutions if s['definition'] == name)
-    kept = [s for s in mine if re.search(chosen, s)] if chosen else []
-    if chosen and not kept:
-        continue
-    print('-d'); print(name)
-    for s in kept:
-        print('-s'); print(s)")
+  mapfile -t picked < <(python3 scripts/kernel_picks.py)  # -d and -s options (KERNELS, SOLUTIONS)
   flashinfer=$(python3 -c "
 import pathlib, sys
 picked = set(sys.argv[1:])

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 14's judging on one GPU, part after part, as one detached job (scripts/gpu_detach.sh),
+# each part's files in $OUT as soon as it ends (a job cut by the budget keeps the parts done).
+# PARTS picks them, in the order given (default "b a na compile"):
+#   a, b, na, natten, compile: a kernels part (scripts/gpu_judge.sh STEPS=kernels, CUDA graph
+#     only, every dev workload, the sandbox) judging its definitions' solutions beside their
+#     task baselines into $OUT/kernels-PART.jsonl and .log; together a, b, na and natten
+#     judge every solution of the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them
+#     to it). natten is NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of
+#     them in compiling for the workload's shape, so it runs apart from the others.
+#   v1, v2: sweeps of benchmarks/variants.txt (the newest constants first, then the rest)
+#   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
+#     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
+# LIST=1 prints each part's name, KERNELS and SOLUTIONS, one part a line, and runs nothing.
+#   bash scripts/gpu_detach.sh start 'PARTS="b a na compile" bash scripts/gpu_kernels_job.sh'
+set -uo pipefail
+OUT=${OUT:-results/gpu}
+PARTS=${PARTS:-b a na compile}
+declare -A KERNELS_OF=(
+  [a]='grouped_gemm|bias|mixed_mla|qsa_index|block_causal'
+  [b]='dense_attention|sparse_mla|qsa_sparse|gdn|router'
+  [na]='neighborhood' [natten]='neighborhood'
+  [compile]='gdn_decode|mixed_mla|moe_router|qsa_sparse'
+)
+declare -A SOLUTIONS_OF=(
+  [a]='^(?!compile_)' [b]='^(?!compile_)' [na]='^(?!compile_|natten_)'
+  [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)'
+)
+if [[ -n ${LIST:-} ]]; then
+  for part in $PARTS; do
+    [[ -n ${KERNELS_OF[$part]:-} ]] && echo "$part ${KERNELS_OF[$part]} ${SOLUTIONS_OF[$part]}"
+  done
+  exit 0
+fi
+mkdir -p "$OUT"
+source scripts/gpu_setup.sh >/dev/null 2>&1
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+for part in $PARTS; do
+  echo "part $part starts $(date +%s)"
+  case $part in
+  ab)
+    [[ -d ${ORIGIN:-.}/results/old ]] || { echo "no results/old to compare with"; continue; }
+    cp -a "${ORIGIN:-.}/results/old" "${STATE:-results}/ab-old"
+    PYTHONPATH=src:${PYTHONPATH:-} timeout 700 python3 benchmarks/fidelity_ab.py \
+      --tree "${STATE:-results}/ab-old" --tree . --turns 2 --triton > "$OUT/ab.json" 2> "$OUT/ab.log"
+    ;;
+  v1)
+    STEPS=variants KERNELS='grouped_gemm_fp8_fp4_e384_n5120|sparse_mla_prefill_h64_d512_k640' \
+      VARIANT_SECONDS=90 bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
+    ;;
+  v2)
+    STEPS=variants KERNELS='grouped_gemm_fp8_fp4_e384_n4608|bias|chunked_gdn|sparse_mla_prefill_h64_d512_k128' \
+      VARIANT_SECONDS=60 bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
+    ;;
+  *)
+    [[ -n ${KERNELS_OF[$part]:-} ]] || { echo "no part $part"; continue; }
+    NAME=kernels-$part KERNELS=${KERNELS_OF[$part]} SOLUTIONS=${SOLUTIONS_OF[$part]} \
+      RUN_ARGS="--methods graph" CACHE=/dev/shm/ikcache RUN_SECONDS=3000 STEPS=kernels \
+      bash scripts/gpu_judge.sh >> "$OUT/kernels-run.log" 2>&1
+    ;;
+  esac
+  status=$?
+  echo "part $part ends $(date +%s), status $status"
+done

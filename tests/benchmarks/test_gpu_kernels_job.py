@@ -1,0 +1,93 @@
+"""scripts/gpu_kernels_job.sh's parts judge every solution of the dataset beside its task
+baseline: a solution that no part picks would cost a session's GPU time to notice."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("kernel_picks", ROOT / "scripts/kernel_picks.py")
+kernel_picks = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(kernel_picks)
+ALL_PARTS = "a b na natten compile"
+
+
+def _parts(names: str) -> dict[str, tuple[str, str]]:
+    listed = subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu_kernels_job.sh")],
+        cwd=ROOT,
+        env={**os.environ, "LIST": "1", "PARTS": names},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {
+        name: (kernels, solutions)
+        for name, kernels, solutions in map(str.split, listed.splitlines())
+    }
+
+
+def _judged(kernels: str, solutions: str) -> dict[str, set[str]]:
+    """definition -> the solutions a part with these expressions judges"""
+    options = kernel_picks.picks(ROOT / "dataset", kernels, solutions)
+    judged: dict[str, set[str]] = {}
+    for option, value in zip(options[::2], options[1::2], strict=True):
+        if option == "-d":
+            definition = judged.setdefault(value, set())
+        else:
+            definition.add(value)
+    return judged
+
+
+def _solutions() -> dict[str, str]:
+    found = [json.loads(p.read_text()) for p in (ROOT / "dataset/solutions").rglob("*.json")]
+    return {s["name"]: s["definition"] for s in found}
+
+
+def test_the_parts_judge_every_solution_beside_its_baseline():
+    solutions = _solutions()
+    covered: set[str] = set()
+    for name, (kernels, chosen) in _parts(ALL_PARTS).items():
+        for definition, judged in _judged(kernels, chosen).items():
+            baseline = f"torch_{definition}"
+            assert baseline in judged, (name, definition)  # paired with it in its own part
+            assert len(judged) >= 2, (name, definition)
+            assert all(solutions[s] == definition for s in judged)
+            covered |= judged
+    # every solution of a definition that has one besides its baseline
+    contested = {d for s, d in solutions.items() if not s.startswith("torch_")}
+    assert covered == {s for s, d in solutions.items() if d in contested}
+    assert {"natten_neighborhood_attention_3d_h4_d64_kt11_ky11_kx11"} <= covered
+
+
+def test_the_default_parts_leave_out_only_natten():
+    default = _parts("b a na compile")
+    covered = set().union(*(set().union(*_judged(*p).values()) for p in default.values()))
+    left = {s for s in _solutions() if s not in covered and not s.startswith("torch_")}
+    assert left == {s for s in _solutions() if s.startswith("natten_")}
+    assert len(left) == 4
+
+
+@pytest.mark.parametrize(
+    ("chosen", "prefixes"),
+    [
+        ("^(compile_|torch_)", {"compile_", "torch_"}),
+        ("^(?!compile_)", {"flashinfer_", "torch_", "triton_"}),
+        (None, set()),  # no -s options: the run judges every solution of the definition
+    ],
+)
+def test_picks_take_a_definitions_solutions_by_their_names(chosen, prefixes):
+    options = kernel_picks.picks(ROOT / "dataset", "qsa_sparse", chosen)
+    assert options[:2] == ["-d", "qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4"]
+    assert options[2::2] == ["-s"] * len(options[3::2])
+    assert {value.split("_")[0] + "_" for value in options[3::2]} == prefixes
+
+
+def test_a_definition_none_of_whose_solutions_match_is_left_out():
+    assert kernel_picks.picks(ROOT / "dataset", "qsa_sparse", "^nothing") == []
