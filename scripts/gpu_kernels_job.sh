@@ -8,10 +8,12 @@
 #     judge every solution of the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them
 #     to it). natten is NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of
 #     them in compiling for the workload's shape, so it runs apart from the others.
-#   v1, v2: sweeps of benchmarks/variants.txt (the newest constants first, then the rest)
+#   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
+#     rest, 60 s a line)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
 #     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
-# LIST=1 prints each part's name, KERNELS and SOLUTIONS, one part a line, and runs nothing.
+# LIST=1 runs nothing and prints a line a part: its name, then "kernels KERNELS SOLUTIONS"
+# or "variants REGEX" (the sweep lines it takes, by solution).
 #   bash scripts/gpu_detach.sh start 'PARTS="b a na compile" bash scripts/gpu_kernels_job.sh'
 set -uo pipefail
 OUT=${OUT:-results/gpu}
@@ -26,9 +28,18 @@ declare -A SOLUTIONS_OF=(
   [a]='^(?!compile_)' [b]='^(?!compile_)' [na]='^(?!compile_|natten_)'
   [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)'
 )
+declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
+  [v1]='grouped_gemm_fp8_fp4_e384_n5120|sparse_mla_prefill_h64_d512_k640|qsa_sparse'
+  [v2]='qsa_index|n4608|prefix|chunked_gdn|mixed_mla|dense_attention|bias|k128'
+)
+declare -A SWEEP_SECONDS=([v1]=90 [v2]=60)
 if [[ -n ${LIST:-} ]]; then
   for part in $PARTS; do
-    [[ -n ${KERNELS_OF[$part]:-} ]] && echo "$part ${KERNELS_OF[$part]} ${SOLUTIONS_OF[$part]}"
+    if [[ -n ${KERNELS_OF[$part]:-} ]]; then
+      echo "$part kernels ${KERNELS_OF[$part]} ${SOLUTIONS_OF[$part]}"
+    elif [[ -n ${SWEEP_OF[$part]:-} ]]; then
+      echo "$part variants ${SWEEP_OF[$part]}"
+    fi
   done
   exit 0
 fi
@@ -44,13 +55,9 @@ for part in $PARTS; do
     PYTHONPATH=src:${PYTHONPATH:-} timeout 700 python3 benchmarks/fidelity_ab.py \
       --tree "${STATE:-results}/ab-old" --tree . --turns 2 --triton > "$OUT/ab.json" 2> "$OUT/ab.log"
     ;;
-  v1)
-    STEPS=variants KERNELS='grouped_gemm_fp8_fp4_e384_n5120|sparse_mla_prefill_h64_d512_k640' \
-      VARIANT_SECONDS=90 bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
-    ;;
-  v2)
-    STEPS=variants KERNELS='grouped_gemm_fp8_fp4_e384_n4608|bias|chunked_gdn|sparse_mla_prefill_h64_d512_k128' \
-      VARIANT_SECONDS=60 bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
+  v1 | v2)
+    STEPS=variants KERNELS=${SWEEP_OF[$part]} VARIANT_SECONDS=${SWEEP_SECONDS[$part]} \
+      bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
     ;;
   *)
     [[ -n ${KERNELS_OF[$part]:-} ]] || { echo "no part $part"; continue; }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,7 @@ SPEC.loader.exec_module(kernel_picks)
 ALL_PARTS = "a b na natten compile"
 
 
-def _parts(names: str) -> dict[str, tuple[str, str]]:
+def _listed(names: str) -> list[list[str]]:
     listed = subprocess.run(
         ["bash", str(ROOT / "scripts/gpu_kernels_job.sh")],
         cwd=ROOT,
@@ -27,10 +28,11 @@ def _parts(names: str) -> dict[str, tuple[str, str]]:
         text=True,
         check=True,
     ).stdout
-    return {
-        name: (kernels, solutions)
-        for name, kernels, solutions in map(str.split, listed.splitlines())
-    }
+    return [line.split() for line in listed.splitlines()]
+
+
+def _parts(names: str) -> dict[str, tuple[str, str]]:
+    return {name: (kernels, solutions) for name, kind, kernels, solutions in _listed(names)}
 
 
 def _judged(kernels: str, solutions: str) -> dict[str, set[str]]:
@@ -72,6 +74,17 @@ def test_the_default_parts_leave_out_only_natten():
     left = {s for s in _solutions() if s not in covered and not s.startswith("torch_")}
     assert left == {s for s in _solutions() if s.startswith("natten_")}
     assert len(left) == 4
+
+
+def test_the_two_sweeps_take_every_planned_line_once():
+    sweeps = {name: re.compile(pattern) for name, kind, pattern in _listed("v1 v2")}
+    lines = (ROOT / "benchmarks/variants.txt").read_text().splitlines()
+    planned = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
+    taken = [[name for name, pattern in sweeps.items() if pattern.search(s)] for s in planned]
+    assert all(len(names) == 1 for names in taken), list(zip(planned, taken, strict=True))
+    assert {"v1"} == set(
+        taken[planned.index("triton_qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4")]
+    )
 
 
 @pytest.mark.parametrize(
