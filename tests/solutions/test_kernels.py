@@ -79,6 +79,16 @@ GDN_CHUNKS = (
     "--uuid",
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
+# 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
+# splits of 64 holds tokens, the last the tail alone (the smallest two workloads fill at
+# most four, so a merge that drops the last split passed them); last program first, since
+# the merge reads what every split's program wrote
+QSA_SPARSE_SPLITS = (
+    "triton_qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4",
+    "--uuid",
+    "ddd92acb-4b1d-5b61-9eba-dee6bc202b88",
+    "--reversed",
+)
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
@@ -96,6 +106,7 @@ REVERSED = {
 FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
+    "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
@@ -193,6 +204,12 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
     (case,) = _checked(*GDN_CHUNKS)
     assert case["axes"] == {"total_seq_len": 239, "num_seqs": 3, "len_cu_seqlens": 4}
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
+
+
+def test_the_qsa_sparse_decode_merges_every_split():
+    (case,) = _checked(*QSA_SPARSE_SPLITS)
+    assert case["axes"]["MP"] == 3193 and case["verdicts"] == [True], case
+    assert case["inputs_unchanged"]
 
 
 def test_a_wrong_kernel_fails_the_same_check():
