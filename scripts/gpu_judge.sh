@@ -62,6 +62,11 @@ if [[ $STEPS == *kernels* ]]; then
   # summary and `preferred` here or where the key is.
   name=${NAME:-kernels}
   mapfile -t picked < <(python3 scripts/kernel_picks.py)  # -d and -s options (KERNELS, SOLUTIONS)
+  if (( ${#picked[@]} == 0 )); then  # (no -d at all would judge every definition)
+    echo "kernels $name: no definition picked (KERNELS=${KERNELS:-} SOLUTIONS=${SOLUTIONS:-})" \
+      | tee "$OUT/$name.log"
+    exit 1
+  fi
   flashinfer=$(python3 -c "
 import pathlib, sys
 picked = set(sys.argv[1:])
@@ -77,7 +82,8 @@ print(int(bool(picked & found)))" "${picked[@]}")
   timeout "${RUN_SECONDS:-420}" python3 -m inference_kernels.cli run --device cuda --suite dev \
     "${picked[@]}" ${RUN_ARGS:-} --report "$OUT/$name.jsonl" --cache "${CACHE:-.cache/ik}" \
     --overwrite > "$OUT/$name.log" 2>&1
-  echo "kernels run $name exit $?" | tee -a "$OUT/$name.log"
+  kernels_status=$?
+  echo "kernels run $name exit $kernels_status" | tee -a "$OUT/$name.log"
   python3 -m inference_kernels.cli compare "$OUT/$name.jsonl" >> "$OUT/$name.log" 2>&1
 fi
 if [[ $STEPS == *replay* ]]; then
@@ -97,3 +103,4 @@ for suite in first dev; do
   python3 -m inference_kernels.cli summary results/gpu-$suite.jsonl -o "$OUT" >/dev/null
   tail -5 "$OUT/$suite-run.log"
 done
+exit "${kernels_status:-0}"  # the kernels step's run, for scripts/gpu_kernels_job.sh

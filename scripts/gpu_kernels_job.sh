@@ -51,7 +51,8 @@ for part in $PARTS; do
   case $part in
   ab)
     [[ -d ${ORIGIN:-.}/results/old ]] || { echo "no results/old to compare with"; continue; }
-    cp -a "${ORIGIN:-.}/results/old" "${STATE:-results}/ab-old"
+    rm -rf "${STATE:-results}/ab-old" && mkdir -p "${STATE:-results}" \
+      && cp -a "${ORIGIN:-.}/results/old" "${STATE:-results}/ab-old"
     PYTHONPATH=src:${PYTHONPATH:-} timeout 700 python3 benchmarks/fidelity_ab.py \
       --tree "${STATE:-results}/ab-old" --tree . --turns 2 --triton > "$OUT/ab.json" 2> "$OUT/ab.log"
     ;;

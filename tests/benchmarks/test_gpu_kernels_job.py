@@ -55,8 +55,11 @@ def _solutions() -> dict[str, str]:
 def test_the_parts_judge_every_solution_beside_its_baseline():
     solutions = _solutions()
     covered: set[str] = set()
+    part_of: dict[str, str] = {}  # each solution but a baseline judged in one part only
     for name, (kernels, chosen) in _parts(ALL_PARTS).items():
         for definition, judged in _judged(kernels, chosen).items():
+            for solution in judged - {f"torch_{definition}"}:
+                assert part_of.setdefault(solution, name) == name, (solution, part_of[solution])
             baseline = f"torch_{definition}"
             assert baseline in judged, (name, definition)  # paired with it in its own part
             assert len(judged) >= 2, (name, definition)

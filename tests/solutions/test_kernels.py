@@ -80,14 +80,12 @@ GDN_CHUNKS = (
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
-# splits of 64 holds tokens, the last the tail alone (the smallest two workloads fill at
-# most four, so a merge that drops the last split passed them); last program first, since
-# the merge reads what every split's program wrote
+# splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
+# the last split holds one token of 2,049); a merge that drops the last split fails here
 QSA_SPARSE_SPLITS = (
     "triton_qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4",
     "--uuid",
     "ddd92acb-4b1d-5b61-9eba-dee6bc202b88",
-    "--reversed",
 )
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
