@@ -89,6 +89,7 @@ QSA_SPARSE_SPLITS = (
 )
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
+QSA_TIES_HELD = (*QSA_TIES, "--set", "KEYS=held")  # the keys read once, for the sweep
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
@@ -107,6 +108,7 @@ FIXED = {
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
+    "test_qsa_index_ties_with_its_keys_held": QSA_TIES_HELD,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_EDGES,
@@ -248,6 +250,14 @@ def test_qsa_index_ties_at_the_cut():
     # of the summed heads, keeps only the first segment's top or passes the segments'
     # candidates on without their keys fails one of them.
     found = _checked(*QSA_TIES)
+    assert [case["verdicts"] for case in found] == [[True], [True]], found
+
+
+def test_qsa_index_ties_with_its_keys_held():
+    # The same cuts with KEYS = "held" (each selecting program reads its keys once and keeps
+    # them in registers across the passes; a variant the GPU's sweep times): a held variant
+    # that forgets the ties already above the cut fails both.
+    found = _checked(*QSA_TIES_HELD)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
