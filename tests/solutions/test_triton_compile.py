@@ -43,13 +43,13 @@ def test_every_launch_of_the_qsa_index_compiles_for_sm90(tool):
 
 
 def test_a_kernel_that_does_not_compile_is_named(tool):
-    # The QSA index as first written: `digit` a [CHUNK] tensor in the loop, then a scalar.
+    # The QSA index as first written: `digit` a [CHUNK] tensor in the loop over a segment's
+    # chunks (the shipped KEYS = "reload" path), then a scalar after it.
     solution = DATASET_INDEX.solutions[QSA]
     source = solution.sources[0].content
-    broken = source.replace("digits = ((key", "digit = ((key").replace(
-        "tl.histogram(digits,", "tl.histogram(digit,"
-    )
-    assert broken != source
+    loop_body = "                    counted += _digit_counts("
+    assert source.count(loop_body) == 1
+    broken = source.replace(loop_body, "                    digit = key.to(tl.int32)\n" + loop_body)
     changed = solution.model_copy(
         update={"sources": [solution.sources[0].model_copy(update={"content": broken})]}
     )
