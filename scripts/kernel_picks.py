@@ -20,13 +20,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def solution_definitions(dataset: Path) -> dict[str, str]:
+    """Each solution's name -> its definition's, from the dataset's solution files."""
+    found = [json.loads(p.read_text()) for p in (dataset / "solutions").rglob("*.json")]
+    return {s["name"]: s["definition"] for s in found}
+
+
 def picks(dataset: Path, kernels: str, solutions: str | None) -> list[str]:
     """``-d``/``-s`` options and their values, in order (definitions sorted, then names)."""
-    found = [json.loads(p.read_text()) for p in sorted((dataset / "solutions").rglob("*.json"))]
-    names = sorted({s["definition"] for s in found if not s["name"].startswith("torch_")})
+    found = solution_definitions(dataset)
+    names = sorted({d for s, d in found.items() if not s.startswith("torch_")})
     options: list[str] = []
     for name in filter(re.compile(kernels).search, names):
-        mine = sorted(s["name"] for s in found if s["definition"] == name)
+        mine = sorted(s for s, d in found.items() if d == name)
         kept = [s for s in mine if re.search(solutions, s)] if solutions else []
         if solutions and not kept:
             continue

@@ -4,7 +4,6 @@ baseline: a solution that no part picks would cost a session's GPU time to notic
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -47,20 +46,15 @@ def _judged(kernels: str, solutions: str) -> dict[str, set[str]]:
     return judged
 
 
-def _solutions() -> dict[str, str]:
-    found = [json.loads(p.read_text()) for p in (ROOT / "dataset/solutions").rglob("*.json")]
-    return {s["name"]: s["definition"] for s in found}
-
-
 def test_the_parts_judge_every_solution_beside_its_baseline():
-    solutions = _solutions()
+    solutions = kernel_picks.solution_definitions(ROOT / "dataset")
     covered: set[str] = set()
     part_of: dict[str, str] = {}  # each solution but a baseline judged in one part only
     for name, (kernels, chosen) in _parts(ALL_PARTS).items():
         for definition, judged in _judged(kernels, chosen).items():
-            for solution in judged - {f"torch_{definition}"}:
-                assert part_of.setdefault(solution, name) == name, (solution, part_of[solution])
             baseline = f"torch_{definition}"
+            for solution in judged - {baseline}:
+                assert part_of.setdefault(solution, name) == name, (solution, part_of[solution])
             assert baseline in judged, (name, definition)  # paired with it in its own part
             assert len(judged) >= 2, (name, definition)
             assert all(solutions[s] == definition for s in judged)
@@ -74,8 +68,14 @@ def test_the_parts_judge_every_solution_beside_its_baseline():
 def test_the_default_parts_leave_out_only_natten():
     default = _parts("b a na compile")
     covered = set().union(*(set().union(*_judged(*p).values()) for p in default.values()))
-    left = {s for s in _solutions() if s not in covered and not s.startswith("torch_")}
-    assert left == {s for s in _solutions() if s.startswith("natten_")}
+    left = {
+        s
+        for s in kernel_picks.solution_definitions(ROOT / "dataset")
+        if s not in covered and not s.startswith("torch_")
+    }
+    assert left == {
+        s for s in kernel_picks.solution_definitions(ROOT / "dataset") if s.startswith("natten_")
+    }
     assert len(left) == 4
 
 

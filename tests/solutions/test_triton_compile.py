@@ -43,13 +43,15 @@ def test_every_launch_of_the_qsa_index_compiles_for_sm90(tool):
 
 
 def test_a_kernel_that_does_not_compile_is_named(tool):
-    # The QSA index as first written: `digit` a [CHUNK] tensor in the loop over a segment's
-    # chunks (the shipped KEYS = "reload" path), then a scalar after it.
+    # The QSA index as first written: `digit` a scalar, then a [CHUNK] tensor in the loop
+    # over a segment's chunks (the shipped KEYS = "reload" path).
     solution = DATASET_INDEX.solutions[QSA]
     source = solution.sources[0].content
+    before = "                counted = tl.zeros((BINS,), tl.int32)\n"
     loop_body = "                    counted += _digit_counts("
-    assert source.count(loop_body) == 1
-    broken = source.replace(loop_body, "                    digit = key.to(tl.int32)\n" + loop_body)
+    assert source.count(before) == 1 and source.count(loop_body) == 1
+    broken = source.replace(before, before + "                digit = tl.zeros((), tl.int32)\n")
+    broken = broken.replace(loop_body, "                    digit = key.to(tl.int32)\n" + loop_body)
     changed = solution.model_copy(
         update={"sources": [solution.sources[0].model_copy(update={"content": broken})]}
     )
