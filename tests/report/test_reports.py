@@ -460,3 +460,28 @@ def test_our_kernels_are_set_against_the_fastest_library_path_of_each_definition
     # no fraction (no hardware table): not counted as under the floor, listed apart
     unknown = against_libraries(solution_table(rows, {"d": "torch_d"}), times_by_case(rows), kind)
     assert unknown["below_floor"] == [] and unknown["without_sol"] == ["d", "e"]
+
+
+def test_a_solution_judged_in_two_runs_does_not_outrank_a_faster_one_on_its_row_count():
+    """The baseline judged beside a library path in one run and beside torch.compile in
+    another has two rows a workload; ranking by rows made it the definition's fastest
+    library path over fla-core, eight times faster (H200 table, twenty-eighth session)."""
+    from inference_kernels.report.compare import times_by_case
+    from inference_kernels.report.libraries import against_libraries
+
+    rows = [case("torch_d", u, graph=60.0) for u in ("w1", "w2")] * 2
+    rows += [
+        case(s, u, graph=t) for s, t in (("fla_d", 7.0), ("triton_d", 7.5)) for u in ("w1", "w2")
+    ]
+    kind = {"torch_d": "library", "fla_d": "library", "triton_d": "ours"}
+    table = solution_table(rows, {"d": "torch_d"})
+    assert [(e["cases"], e["workloads"]) for e in table] == [(4, 2), (2, 2), (2, 2)]
+    (d,) = against_libraries(table, times_by_case(rows), kind)["definitions"]
+    assert (d["library"], d["ours"], d["fastest"]) == ("fla_d", "triton_d", "fla_d")
+    assert preferred(rows, {"d": "torch_d"})["definitions"][0]["solution"] == "fla_d"
+    # a solution that ran fewer workloads still cannot win on a subset
+    fewer = rows + [case("cuda_d", "w1", graph=1.0)]
+    (d,) = against_libraries(
+        solution_table(fewer, {}), times_by_case(fewer), kind | {"cuda_d": "ours"}
+    )["definitions"]
+    assert d["fastest"] == "fla_d"

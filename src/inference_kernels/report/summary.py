@@ -134,7 +134,7 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
                 "definition": definition,
                 "solution": best["solution"],
                 "time_us": best["time_us"],
-                "workloads": best["cases"],
+                "workloads": best["workloads"],
                 "speedup_over_baseline": best["speedup"],
                 "speedup_interval": best["speedup_interval"],
                 "inputs": best["inputs"],
