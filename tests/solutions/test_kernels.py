@@ -87,13 +87,16 @@ QSA_SPARSE_SPLITS = (
     "--uuid",
     "ddd92acb-4b1d-5b61-9eba-dee6bc202b88",
 )
+# the splits of 32 that a GPU's decode takes where 64 would not fill its multiprocessors (B 1)
+QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "SPLIT=32")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_HELD = (*QSA_TIES, "--set", "KEYS=held")  # the keys read once, for the sweep
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
-GROUPED_GEMM_SHIFTS = (*GROUPED_GEMM_EDGES, "--set", "DECODE=shift", "--set", "SMALL_PRODUCT=swap")
+# the decode by compares and selects, the small tiles' product as A W^T (n4608 ships them)
+GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -106,13 +109,14 @@ FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
+    "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
     "test_qsa_index_ties_with_its_keys_held": QSA_TIES_HELD,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
-    "test_grouped_gemm_small_shapes": GROUPED_GEMM_EDGES,
-    "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_SHIFTS,
+    "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
+    "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
 }
 
 
@@ -212,6 +216,23 @@ def test_the_qsa_sparse_decode_merges_every_split():
     assert case["inputs_unchanged"]
 
 
+def test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle(tmp_path):
+    # At B 1 its two KV heads' 33 splits of 64 are 66 programs for an H200's 132
+    # multiprocessors: splits of 32 (65 a head, all holding tokens here) were the faster
+    # there, 64 from B 2 on. The rule, and the 32 path merged right in the interpreter.
+    source = DATASET_INDEX.solutions[QSA_SPARSE_SPLITS[0]].sources[0].content
+    path = tmp_path / "qsa_sparse_main.py"
+    path.write_text(source)  # (Triton's jit reads its file)
+    spec = importlib.util.spec_from_file_location("qsa_sparse_main", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    splitting = module.splitting
+    assert [splitting(heads, 2051, 132) for heads in (2, 4, 40)] == [32, 64, 64]
+    assert splitting(2, 2051, None) == 64 and splitting(2, 2051, 66) == 64
+    (case,) = _checked(*QSA_SPARSE_FEW)
+    assert case["axes"]["MP"] == 3193 and case["verdicts"] == [True], case
+
+
 def test_a_wrong_kernel_fails_the_same_check():
     # The GDN decode kernel given another scale than the reference's: the output is off,
     # the state (which the scale does not touch) still passes.
@@ -280,7 +301,7 @@ def test_grouped_gemm_small_shapes():
     # Rows of several experts in one tile and of one expert across tiles, an expert with no
     # rows between two others (a kernel that stores every row of the tile for each expert,
     # swaps the nibbles or misreads a scale fails these).
-    found = _checked(*GROUPED_GEMM_EDGES)
+    found = _checked(*GROUPED_GEMM_SELECT)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
 
@@ -290,5 +311,5 @@ def test_grouped_gemm_decode_by_shifts_and_swapped_product():
     # operations the GPU's PTX does four bytes at a time) and the small tiles' product
     # taken as W A^T, stored transposed (SMALL_PRODUCT = "swap"). Dropping the 2^6, a shift
     # off by one, or the row scales of the swapped product fails these.
-    found = _checked(*GROUPED_GEMM_SHIFTS)
+    found = _checked(*GROUPED_GEMM_EDGES)  # (as n5120 ships since the H200's sweep)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found

@@ -68,12 +68,17 @@ GROUPED = "triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32"
 
 
 def test_the_machine_code_says_which_tensor_core_product_a_setting_gets(tool):
-    # The grouped GEMM's decode tiles (16 rows at M 6): as shipped, sm_90 gets a warp's
-    # FP16 mma.sync with both FP8 operands converted (a wgmma needs 64 rows); its product
-    # taken as W A^T (SMALL_PRODUCT "swap") gets an FP8 wgmma, and the shift decode fewer
-    # integer instructions. What `--set` and the SASS counts are for.
+    # The grouped GEMM's decode tiles (16 rows at M 6): with its product as A W^T
+    # (SMALL_PRODUCT "rows"), sm_90 gets a warp's FP16 mma.sync with both FP8 operands
+    # converted (a wgmma needs 64 rows); taken as W A^T ("swap") an FP8 wgmma, and the shift
+    # decode fewer integer instructions. What `--set` and the SASS counts are for.
     solution = DATASET_INDEX.solutions[GROUPED]
-    shipped = [tool.compiled(x) for x in tool.recorded_launches(DATASET_INDEX, solution)]
+    shipped = [
+        tool.compiled(x)
+        for x in tool.recorded_launches(
+            DATASET_INDEX, solution, settings={"SMALL_PRODUCT": "rows", "DECODE": "select"}
+        )
+    ]
     swapped = [
         tool.compiled(x)
         for x in tool.recorded_launches(
