@@ -97,6 +97,44 @@ def test_each_compile_candidate_passes_its_smallest_workload_on_the_cpu(tmp_path
         assert row["status"] == "passed", (row["solution"], row.get("error"))
 
 
+def test_a_compile_candidate_of_a_prepared_baseline_compiles_its_launch_once(tmp_path):
+    # The mixed MLA's baseline prepares its FP4 table on the device; compiled whole, its run
+    # made the table inside the compiled region on every call, which a CUDA graph cannot
+    # capture (H200: the candidate was timed by events alone, and preferred undecided). Its
+    # candidate compiles the prepared launch: a second input set's launch reuses the graph.
+    from torch._dynamo.utils import counters
+
+    from inference_kernels.materialize.inputs import materialize
+
+    prepared = [
+        d
+        for d in library_candidates.COMPILED
+        if "\ndef prepare(" in DATASET.solutions[f"torch_{d}"].sources[0].content
+    ]
+    assert prepared == ["mixed_mla_decode_deepseek41_h64_d512_k8128_k4512"]
+    (name,) = prepared
+    package = tmp_path / "compiled_mixed_mla"
+    package.mkdir()
+    for source in DATASET.solutions[f"compile_{name}"].sources:
+        (package / source.path).write_text(source.content)
+    (package / "__init__.py").write_text("")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        main = importlib.import_module("compiled_mixed_mla.main")
+        baseline = importlib.import_module("compiled_mixed_mla.baseline")
+    finally:
+        sys.path.remove(str(tmp_path))
+    workload = min(DATASET.workloads[name], key=lambda w: sorted(w.axes.items()))
+    inputs = materialize(DATASET.definitions[name], workload, data_root=ROOT / "dataset").values
+    torch._dynamo.reset()
+    counters.clear()
+    outputs = [main.prepare(*inputs)() for _ in range(2)] + [main.run(*inputs)]
+    assert counters["stats"]["unique_graphs"] == 1
+    expected = baseline.prepare(*inputs)()
+    for output in outputs:
+        torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_each_natten_candidate_gives_the_reference_where_its_window_shifts():
     """NATTEN (the README's test setup installs it) against each definition's reference,
     unfused on the CPU, on two grids a little larger than the window (it shifts at every
