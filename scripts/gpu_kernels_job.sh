@@ -4,8 +4,9 @@
 # PARTS picks them, in the order given (default "b a na compile"):
 #   a, b, na, natten, compile: a kernels part (scripts/gpu_judge.sh STEPS=kernels, CUDA graph
 #     only, every dev workload, the sandbox) judging its definitions' solutions beside their
-#     task baselines into $OUT/kernels-PART.jsonl and .log; together a, b, na and natten
-#     judge every solution of the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them
+#     task baselines (a definition with its baseline alone too: the plain GEMMs, cuBLAS) into
+#     $OUT/kernels-PART.jsonl and .log; together a, b, na and natten judge every solution of
+#     the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them
 #     to it). natten is NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of
 #     them in compiling for the workload's shape, so it runs apart from the others.
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
@@ -19,7 +20,7 @@ set -uo pipefail
 OUT=${OUT:-results/gpu}
 PARTS=${PARTS:-b a na compile}
 declare -A KERNELS_OF=(
-  [a]='grouped_gemm|bias|mixed_mla|qsa_index|block_causal'
+  [a]='grouped_gemm|dense_gemm|mixed_mla|qsa_index|block_causal'
   [b]='dense_attention|sparse_mla|qsa_sparse|gdn|router'
   [na]='neighborhood' [natten]='neighborhood'
   [compile]='gdn_decode|mixed_mla|moe_router|qsa_sparse'

@@ -1,6 +1,6 @@
-"""The run options that pick one part of issue 14's judging on the GPU: the definitions that
-have a solution besides the task baseline (``torch_*``) whose name matches KERNELS, each as
-``-d NAME``, then, where SOLUTIONS is given, that definition's solutions matching it, each
+"""The run options that pick one part of issue 14's judging on the GPU: the definitions whose
+name matches KERNELS (those with the task baseline alone too: the table's speed of light
+is every definition's), each as ``-d NAME``, then, where SOLUTIONS is given, that definition's solutions matching it, each
 as ``-s NAME`` (a definition none of whose solutions match is left out). One option or
 value a line, for ``mapfile`` in scripts/gpu_judge.sh's kernels step.
 
@@ -29,7 +29,7 @@ def solution_definitions(dataset: Path) -> dict[str, str]:
 def picks(dataset: Path, kernels: str, solutions: str | None) -> list[str]:
     """``-d``/``-s`` options and their values, in order (definitions sorted, then names)."""
     found = solution_definitions(dataset)
-    names = sorted({d for s, d in found.items() if not s.startswith("torch_")})
+    names = sorted(set(found.values()))
     options: list[str] = []
     for name in filter(re.compile(kernels).search, names):
         mine = sorted(s for s, d in found.items() if d == name)

@@ -56,12 +56,12 @@ def test_the_parts_judge_every_solution_beside_its_baseline():
             for solution in judged - {baseline}:
                 assert part_of.setdefault(solution, name) == name, (solution, part_of[solution])
             assert baseline in judged, (name, definition)  # paired with it in its own part
-            assert len(judged) >= 2, (name, definition)
             assert all(solutions[s] == definition for s in judged)
             covered |= judged
-    # every solution of a definition that has one besides its baseline
-    contested = {d for s, d in solutions.items() if not s.startswith("torch_")}
-    assert covered == {s for s, d in solutions.items() if d in contested}
+    # every solution, the baselines of the definitions that have no other (the plain GEMMs:
+    # their speed of light is cuBLAS's, and the table's is every definition's) too
+    assert covered == set(solutions)
+    assert "torch_dense_gemm_bf16_nt_n4096_k4096" in covered
     assert {"natten_neighborhood_attention_3d_h4_d64_kt11_ky11_kx11"} <= covered
 
 
