@@ -340,6 +340,15 @@ def test_no_solution_gains_from_a_graph_the_other_lost():
     assert (entry["pairs"], entry["lesser"]) == (2, 0)  # w2: eager against eager
     (entry,) = comparison([case("base", "w2", graph=20.0)] + slow, None, {"d": "base"})
     assert entry["speedup"] == pytest.approx(0.5) and entry["verdict"] != "faster"
+    # a rival never captured (the H200's torch.compile of the mixed MLA decode) leaves no
+    # pair: no choice, and the file says why rather than "rows without samples"
+    never = [case("never", u, eager=400.0) for u in ("w1", "w2", "w3")]
+    chosen = preferred(fast + never, {"d": "never"})
+    assert chosen["definitions"] == []
+    (why,) = chosen["undecided"]
+    assert (
+        "never has no time of fast's method on 3 (its graph could not be captured)" in why["reason"]
+    )
 
 
 def test_preferred_holds_the_fastest_to_every_other_not_only_the_next():

@@ -121,10 +121,14 @@ def preferred(rows: list[dict[str, Any]], baselines: dict[str, str]) -> dict[str
                     }
                 )
                 if against["verdict"] != "faster":
-                    reason = (
-                        f"{best['solution']} and {other['solution']}: "
-                        f"{against['verdict'] or 'no interval (rows without samples)'}"
-                    )
+                    said = against["verdict"] or "no interval (rows without samples)"
+                    if not against["pairs"] and against["lesser"]:
+                        said = (
+                            f"no workload timed alike: {other['solution']} has no time of "
+                            f"{best['solution']}'s method on {against['lesser']} (its graph "
+                            "could not be captured), and none gains from a graph another lost"
+                        )
+                    reason = f"{best['solution']} and {other['solution']}: {said}"
                     break
         if reason:
             undecided.append({"definition": definition, "reason": reason})
