@@ -1,8 +1,9 @@
-"""The run options that pick one part of issue 14's judging on the GPU: the definitions whose
-name matches KERNELS (those with the task baseline alone too: the table's speed of light
-is every definition's), each as ``-d NAME``, then, where SOLUTIONS is given, that definition's solutions matching it, each
-as ``-s NAME`` (a definition none of whose solutions match is left out). One option or
-value a line, for ``mapfile`` in scripts/gpu_judge.sh's kernels step.
+"""The run options that pick one part of issue 14's judging on the GPU: the definitions
+whose name matches KERNELS (those with the task baseline alone too: the table's speed of
+light is every definition's), each as ``-d NAME``, then, where SOLUTIONS is given, that
+definition's solutions matching it, each as ``-s NAME`` (a definition none of whose
+solutions match is left out). One option or value a line, for ``mapfile`` in
+scripts/gpu_judge.sh's kernels step.
 
     KERNELS='sparse_mla|qsa' SOLUTIONS='^(?!compile_)' python3 scripts/kernel_picks.py
     python3 scripts/kernel_picks.py --kernels gdn --solutions '^(compile_|torch_)'

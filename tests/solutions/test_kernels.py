@@ -87,8 +87,9 @@ QSA_SPARSE_SPLITS = (
     "--uuid",
     "ddd92acb-4b1d-5b61-9eba-dee6bc202b88",
 )
-# the splits of 32 that a GPU's decode takes where 64 would not fill its multiprocessors (B 1)
-QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "SPLIT=32")
+# the splits of 32 that a GPU's decode takes where 64 would not fill its multiprocessors (B 1):
+# run() counting an H200's 132, as on the GPU (on the CPU it counts none and keeps SPLIT)
+QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "MULTIPROCESSORS=132")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_HELD = (*QSA_TIES, "--set", "KEYS=held")  # the keys read once, for the sweep
@@ -219,7 +220,8 @@ def test_the_qsa_sparse_decode_merges_every_split():
 def test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle(tmp_path):
     # At B 1 its two KV heads' 33 splits of 64 are 66 programs for an H200's 132
     # multiprocessors: splits of 32 (65 a head, all holding tokens here) were the faster
-    # there, 64 from B 2 on. The rule, and the 32 path merged right in the interpreter.
+    # there, 64 from B 2 on. The rule, and run() taking it (scratch, partials and merge
+    # sized by the split it chose) in the interpreter.
     source = DATASET_INDEX.solutions[QSA_SPARSE_SPLITS[0]].sources[0].content
     path = tmp_path / "qsa_sparse_main.py"
     path.write_text(source)  # (Triton's jit reads its file)
