@@ -30,8 +30,8 @@ declare -A SOLUTIONS_OF=(
   [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)'
 )
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='grouped_gemm_fp8_fp4_e384_n5120|sparse_mla_prefill_h64_d512_k640|qsa_sparse'
-  [v2]='qsa_index|n4608|prefix|chunked_gdn|mixed_mla|dense_attention|bias|k128'
+  [v1]='grouped_gemm_fp8_fp4_e384_n5120|qsa_sparse|qsa_index'
+  [v2]='n4608|prefix|chunked_gdn|mixed_mla|dense_attention|bias|k128'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60)
 if [[ -n ${LIST:-} ]]; then

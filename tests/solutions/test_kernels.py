@@ -96,7 +96,9 @@ QSA_TIES_HELD = (*QSA_TIES, "--set", "KEYS=held")  # the keys read once, for the
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
-# the decode by compares and selects, the small tiles' product as A W^T (n4608 ships them)
+# the tiles found by one Triton program (PLAN "kernel") rather than seven torch kernels
+GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=kernel")
+# the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
@@ -118,6 +120,7 @@ FIXED = {
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
+    "test_grouped_gemm_tiles_planned_in_one_program": GROUPED_GEMM_PLAN,
 }
 
 
@@ -314,4 +317,13 @@ def test_grouped_gemm_decode_by_shifts_and_swapped_product():
     # taken as W A^T, stored transposed (SMALL_PRODUCT = "swap"). Dropping the 2^6, a shift
     # off by one, or the row scales of the swapped product fails these.
     found = _checked(*GROUPED_GEMM_EDGES)  # (as n5120 ships since the H200's sweep)
+    assert [case["verdicts"] for case in found] == [[True]] * 3, found
+
+
+def test_grouped_gemm_tiles_planned_in_one_program():
+    # The same shapes with each expert's first row found by a binary search and the tiles'
+    # running sum by tl.cumsum in one program (_plan): an expert with no rows between two
+    # others and one expert's rows across tiles fail a search off by one or a sum that
+    # counts an empty expert's tile.
+    found = _checked(*GROUPED_GEMM_PLAN)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
