@@ -64,9 +64,9 @@ MAIN_PREPARED = '''"""torch.compile (default mode) of the task's plain-PyTorch b
 which is baseline.py unchanged: what a user gets from one line. The baseline prepares its
 calls (prepare(): what is done once per input set, outside the launch it returns), so the
 launch is compiled, as a user compiles the step they repeat; run is prepare, then launch.
-Each launch goes through
-Dynamo's guards; the first of a new shape compiles (automatic dynamic shapes from the
-second). One graph (fullgraph): a break would otherwise run part of it eagerly, unsaid."""
+Each launch goes through Dynamo's guards; the first of a new shape compiles (automatic
+dynamic shapes from the second). One graph (fullgraph): a break would otherwise run part of
+it eagerly, unsaid."""
 
 import torch
 
@@ -100,6 +100,11 @@ def _solution(name: str, definition: str, description: str, dependencies: list, 
     }
 
 
+def prepares(source: str) -> bool:
+    """Whether a baseline's main.py defines prepare() (its compile candidate compiles that)."""
+    return "\ndef prepare(" in source
+
+
 def candidate(baseline: dict) -> dict:
     """The compile candidate of a baseline solution (its JSON)."""
     definition = baseline["definition"]
@@ -110,7 +115,7 @@ def candidate(baseline: dict) -> dict:
         "Library path (issue 14): torch.compile, default mode, of the task's plain-PyTorch "
         "baseline (baseline.py, unchanged; scripts/library_candidates.py writes this file).",
         ["torch>=2.4", "triton>=3.0"],
-        {"main.py": MAIN_PREPARED if "\ndef prepare(" in source else MAIN, "baseline.py": source},
+        {"main.py": MAIN_PREPARED if prepares(source) else MAIN, "baseline.py": source},
     )
 
 

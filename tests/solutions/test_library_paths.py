@@ -109,7 +109,7 @@ def test_a_compile_candidate_of_a_prepared_baseline_compiles_its_launch_once(tmp
     prepared = [
         d
         for d in library_candidates.COMPILED
-        if "\ndef prepare(" in DATASET.solutions[f"torch_{d}"].sources[0].content
+        if library_candidates.prepares(DATASET.solutions[f"torch_{d}"].sources[0].content)
     ]
     assert prepared == ["mixed_mla_decode_deepseek41_h64_d512_k8128_k4512"]
     (name,) = prepared
