@@ -100,6 +100,9 @@ GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edg
 GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=kernel")
 # the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
+# K split over 4 programs a tile (the sweep's SPLIT_K), last program first: the partials
+# summed by the tile's last, the counter set back for the next call
+GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -121,6 +124,7 @@ FIXED = {
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_in_one_program": GROUPED_GEMM_PLAN,
+    "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
 }
 
 
@@ -327,3 +331,12 @@ def test_grouped_gemm_tiles_planned_in_one_program():
     # counts an empty expert's tile.
     found = _checked(*GROUPED_GEMM_PLAN)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
+
+
+def test_the_bias_gemm_splits_k_in_one_kernel():
+    # M 5, then M 11 on the same scratch (both in tiles of 16 rows): the second passes only
+    # if the first call's last program set the tiles' counters back to 0 (without it: M 11
+    # fails), and a last program that adds its own partial alone fails both.
+    found = _checked(*GEMM_SPLIT_K)
+    assert [case["axes"] for case in found] == [{"M": 5}, {"M": 11}], found
+    assert [case["verdicts"] for case in found] == [[True], [True]], found
