@@ -29,7 +29,7 @@ declare -A SOLUTIONS_OF=(
   [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)'
 )
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='grouped_gemm_fp8_fp4_e384_n5120|qsa_sparse|qsa_index|bias_n384_k1536'
+  [v1]='grouped_gemm_fp8_fp4_e384_n5120|qsa_sparse|qsa_index|bias_n384_k1536|moe_router'
   [v2]='n4608|prefix|chunked_gdn|mixed_mla|dense_attention|bias_n1536|k128'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60)

@@ -103,6 +103,15 @@ GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "
 # K split over 4 programs a tile (the sweep's SPLIT_K), last program first: the partials
 # summed by the tile's last, the counter set back for the next call
 GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
+# The router's decode in one kernel (DECODE "fused", the sweep's), last program first: the
+# default pair (M 1 twice, on one counter) and M 3 (three tokens selected by the last program)
+ROUTER_FUSED = (
+    "triton_moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
+    "--set",
+    "DECODE=fused",
+    "--reversed",
+)
+ROUTER_FUSED_ROWS = (*ROUTER_FUSED, "--uuid", "8fb5668d-9ace-5884-ae82-5cfb3e534ef0")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -125,6 +134,8 @@ FIXED = {
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_in_one_program": GROUPED_GEMM_PLAN,
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
+    "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
+    "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
 }
 
 
@@ -340,3 +351,17 @@ def test_the_bias_gemm_splits_k_in_one_kernel():
     found = _checked(*GEMM_SPLIT_K)
     assert [case["axes"] for case in found] == [{"M": 5}, {"M": 11}], found
     assert [case["verdicts"] for case in found] == [[True], [True]], found
+
+
+def test_the_routers_decode_in_one_kernel():
+    # Two M 1 calls on one counter: the second passes only if the first call's last program
+    # set it back to 0 (without: the second's ids and weights are never written and fail)
+    found = _checked(*ROUTER_FUSED)
+    assert [case["axes"] for case in found] == [{"M": 1}, {"M": 1}], found
+    assert [case["verdicts"] for case in found] == [[True, True]] * 2, found
+
+
+def test_the_routers_decode_in_one_kernel_selects_every_token():
+    # M 3: the last program selects for each of the three tokens
+    (case,) = _checked(*ROUTER_FUSED_ROWS)
+    assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
