@@ -112,6 +112,13 @@ ROUTER_FUSED = (
     "--reversed",
 )
 ROUTER_FUSED_ROWS = (*ROUTER_FUSED, "--uuid", "8fb5668d-9ace-5884-ae82-5cfb3e534ef0")
+# A short prefill's one tile of keys taken untested, its loads with the queries' (ORDER
+# "diagonal", the sweep's): the default pair (25 tokens each)
+BLOCK_CAUSAL_DIAGONAL = (
+    "triton_prefix_cached_block_causal_h32_d128_prefix0",
+    "--set",
+    "ORDER=diagonal",
+)
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -136,6 +143,7 @@ FIXED = {
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
     "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
     "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
+    "test_block_causal_short_prefill_in_one_round_of_loads": BLOCK_CAUSAL_DIAGONAL,
 }
 
 
@@ -365,3 +373,11 @@ def test_the_routers_decode_in_one_kernel_selects_every_token():
     # M 3: the last program selects for each of the three tokens
     (case,) = _checked(*ROUTER_FUSED_ROWS)
     assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
+
+
+def test_block_causal_short_prefill_in_one_round_of_loads():
+    # 25 tokens, one tile of keys, processed before (and instead of) the tested loop: a
+    # kernel that then skips the tile in that loop without having taken it fails both
+    found = _checked(*BLOCK_CAUSAL_DIAGONAL)
+    assert [case["axes"]["Nq"] for case in found] == [25, 25], found
+    assert [case["verdicts"] for case in found] == [[True], [True]], found
