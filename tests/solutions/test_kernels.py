@@ -355,7 +355,10 @@ def test_grouped_gemm_tiles_planned_in_one_program():
 def test_the_bias_gemm_splits_k_in_one_kernel():
     # M 5, then M 11 on the same scratch (both in tiles of 16 rows): the second passes only
     # if the first call's last program set the tiles' counters back to 0 (without it: M 11
-    # fails), and a last program that adds its own partial alone fails both.
+    # fails); a last program that adds its own partial alone fails both, and so does a
+    # program that reduces before the others have counted (the counter, set back by
+    # subtraction, is then never 0 again: in the interpreter's one-at-a-time order a reset
+    # to 0 would let every program reduce in turn and the last one's result stand).
     found = _checked(*GEMM_SPLIT_K)
     assert [case["axes"] for case in found] == [{"M": 5}, {"M": 11}], found
     assert [case["verdicts"] for case in found] == [[True], [True]], found
@@ -363,7 +366,8 @@ def test_the_bias_gemm_splits_k_in_one_kernel():
 
 def test_the_routers_decode_in_one_kernel():
     # Two M 1 calls on one counter: the second passes only if the first call's last program
-    # set it back to 0 (without: the second's ids and weights are never written and fail)
+    # set it back to 0 (without: the second's ids and weights are never written and fail);
+    # the first program selecting (counted == 0) fails both, as in the bias GEMM's test
     found = _checked(*ROUTER_FUSED)
     assert [case["axes"] for case in found] == [{"M": 1}, {"M": 1}], found
     assert [case["verdicts"] for case in found] == [[True, True]] * 2, found
@@ -375,9 +379,21 @@ def test_the_routers_decode_in_one_kernel_selects_every_token():
     assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
 
 
-def test_block_causal_short_prefill_in_one_round_of_loads():
-    # 25 tokens, one tile of keys, processed before (and instead of) the tested loop: a
-    # kernel that then skips the tile in that loop without having taken it fails both
+def test_block_causal_short_prefill_in_one_round_of_loads(tmp_path):
+    # 25 tokens, one tile of keys, taken untested instead of by the loops (one_tile: only
+    # where the tokens fit one tile of queries and of keys, as the kernel's branch assumes):
+    # a kernel whose branch leaves the tile out fails both
+    source = DATASET_INDEX.solutions[BLOCK_CAUSAL_DIAGONAL[0]].sources[0].content
+    path = tmp_path / "block_causal_main.py"
+    path.write_text(source)  # (Triton's jit reads its file)
+    spec = importlib.util.spec_from_file_location("block_causal_main", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert not module.one_tile(25)  # shipped: "keys"
+    module.ORDER = "diagonal"
+    assert [module.one_tile(n) for n in (25, 64, 65)] == [True, True, False]
+    module.BLOCK_M = 32
+    assert not module.one_tile(33)
     found = _checked(*BLOCK_CAUSAL_DIAGONAL)
     assert [case["axes"]["Nq"] for case in found] == [25, 25], found
     assert [case["verdicts"] for case in found] == [[True], [True]], found
