@@ -203,6 +203,17 @@ def _run(arguments: tuple[str, ...]) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _solution_module(name: str, folder: Path):
+    """Solution ``name``'s source imported as a module (from a file in ``folder``: Triton's
+    jit reads its function's file), for its host-side rules."""
+    path = folder / "solution_main.py"
+    path.write_text(DATASET_INDEX.solutions[name].sources[0].content)
+    spec = importlib.util.spec_from_file_location(f"{name}_main", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_there_are_kernels_to_check():
     assert "triton_gdn_decode_qk4_v8_d128_k_last" in KERNELS
 
@@ -248,13 +259,7 @@ def test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle(tmp
     # multiprocessors: splits of 32 (65 a head, all holding tokens here) were the faster
     # there, 64 from B 2 on. The rule, and run() taking it (scratch, partials and merge
     # sized by the split it chose) in the interpreter.
-    source = DATASET_INDEX.solutions[QSA_SPARSE_SPLITS[0]].sources[0].content
-    path = tmp_path / "qsa_sparse_main.py"
-    path.write_text(source)  # (Triton's jit reads its file)
-    spec = importlib.util.spec_from_file_location("qsa_sparse_main", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    splitting = module.splitting
+    splitting = _solution_module(QSA_SPARSE_SPLITS[0], tmp_path).splitting
     assert [splitting(heads, 2051, 132) for heads in (2, 4, 40)] == [32, 64, 64]
     assert splitting(2, 2051, None) == 64 and splitting(2, 2051, 66) == 64
     (case,) = _checked(*QSA_SPARSE_FEW)
@@ -383,12 +388,7 @@ def test_block_causal_short_prefill_in_one_round_of_loads(tmp_path):
     # 25 tokens, one tile of keys, taken untested instead of by the loops (one_tile: only
     # where the tokens fit one tile of queries and of keys, as the kernel's branch assumes):
     # a kernel whose branch leaves the tile out fails both
-    source = DATASET_INDEX.solutions[BLOCK_CAUSAL_DIAGONAL[0]].sources[0].content
-    path = tmp_path / "block_causal_main.py"
-    path.write_text(source)  # (Triton's jit reads its file)
-    spec = importlib.util.spec_from_file_location("block_causal_main", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _solution_module(BLOCK_CAUSAL_DIAGONAL[0], tmp_path)
     assert not module.one_tile(25)  # shipped: "keys"
     module.ORDER = "diagonal"
     assert [module.one_tile(n) for n in (25, 64, 65)] == [True, True, False]
