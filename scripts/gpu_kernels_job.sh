@@ -6,8 +6,9 @@
 #     only, every dev workload, the sandbox) judging its definitions' solutions beside their
 #     task baselines (a definition with its baseline alone too: the plain GEMMs, cuBLAS) into
 #     $OUT/kernels-PART.jsonl and .log; together a, b, na and natten judge every solution of
-#     the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them to it). natten is NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of
-#     them in compiling for the workload's shape, so it runs apart from the others.
+#     the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them to it). natten is
+#     NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of them in
+#     compiling for the workload's shape, so it runs apart from the others.
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
 #     rest, 60 s a line)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
