@@ -8,7 +8,8 @@ then).
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
-attention, the mixed MLA decode's pages and empty requests, the dense attention's split keys.
+attention, the mixed MLA decode's pages and empty requests, the dense attention's split keys, GDN
+prefill's empty and uneven sequences.
 
 ``--reversed`` runs each kernel's programs in reverse order (the interpreter runs them one
 after another, first to last): a kernel whose programs write where others still read
@@ -31,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from test_baselines import DATASET_INDEX, load_entry_point, same_bytes
+from test_baselines import DATASET_INDEX, gdn_prefill_uneven, load_entry_point, same_bytes
 
 from inference_kernels.dataset.selection import input_bytes, select
 from inference_kernels.judge.loader import set_constants
@@ -255,6 +256,8 @@ def main() -> None:
             shapes = [mixed_mla_edges()]
         elif definition.op_type == "dense_attention":
             shapes = dense_attention_edges(definition)
+        elif definition.name.startswith("gdn_prefill"):
+            shapes = [gdn_prefill_uneven(with_state) for with_state in (True, False)]
         else:
             shapes = [sparse_mla_edges(definition)]
         found = [{"verdicts": verdicts(entry, definition, x, tolerance)} for x in shapes]

@@ -245,16 +245,22 @@ def test_gdn_decode_without_state_and_with_the_default_scale(tmp_path):
     check_edge_case("gdn_decode_qk4_v8_d128_k_last", inputs, tmp_path)
 
 
-@pytest.mark.parametrize("with_state", [True, False])
-def test_gdn_prefill_with_empty_and_uneven_sequences(with_state, tmp_path):
+def gdn_prefill_uneven(with_state: bool) -> list:
+    """Six sequences of 0, 5, 0, 1, 11 and 0 tokens (empty ones first and last), with an
+    input state or none (also tests/solutions/kernel_check.py's --edges)."""
     cu_seqlens = torch.tensor([0, 0, 5, 5, 6, 17, 17], dtype=torch.int64)
     tokens, sequences = 17, 6
     heads = torch.arange(8, dtype=torch.float32)
-    state = torch.randn(sequences, 8, 128, 128) * 0.1 if with_state else None
+    g = torch.Generator().manual_seed(10)
+    state = torch.randn(sequences, 8, 128, 128, generator=g) * 0.1 if with_state else None
     inputs = [bf16(tokens, 4, 128, seed=1) * 0.1, bf16(tokens, 4, 128, seed=2) * 0.1]
     inputs += [bf16(tokens, 8, 128, seed=3), state, heads / 4, bf16(tokens, 8, seed=4)]
-    inputs += [-heads / 8, bf16(tokens, 8, seed=5), cu_seqlens, None]
-    check_edge_case("gdn_prefill_qk4_v8_d128_k_last", inputs, tmp_path)
+    return [*inputs, -heads / 8, bf16(tokens, 8, seed=5), cu_seqlens, None]
+
+
+@pytest.mark.parametrize("with_state", [True, False])
+def test_gdn_prefill_with_empty_and_uneven_sequences(with_state, tmp_path):
+    check_edge_case("gdn_prefill_qk4_v8_d128_k_last", gdn_prefill_uneven(with_state), tmp_path)
 
 
 def test_grouped_gemm_with_few_experts_many_rows_and_unused_experts(tmp_path):

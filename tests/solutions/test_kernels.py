@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from test_baselines import DATASET_INDEX
 
 HERE = Path(__file__).resolve().parent
@@ -79,6 +80,18 @@ GDN_CHUNKS = (
     "--uuid",
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
+# Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without, in the kernel that
+# takes short calls token by token (SHORT_TOKENS, the sweep's; 32 state rows a program, for
+# fewer programs in the interpreter): its loads run ahead of the sequence's end, and an
+# empty sequence's (the first: token 0) are of no token of its own
+GDN_SHORT = (
+    "triton_chunked_gdn_prefill_qk4_v8_d128_k_last",
+    "--edges",
+    "--set",
+    "SHORT_TOKENS=64",
+    "--set",
+    "SHORT_ROWS=32",
+)
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -130,6 +143,7 @@ REVERSED = {
 FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
+    "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
@@ -246,6 +260,39 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
     (case,) = _checked(*GDN_CHUNKS)
     assert case["axes"] == {"total_seq_len": 239, "num_seqs": 3, "len_cu_seqlens": 4}
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
+
+
+def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
+    assert [case["verdicts"] for case in _checked(*GDN_SHORT)] == [[True, True]] * 2
+    # which kernels run() launches, by the call's tokens (no kernel runs: each launch is
+    # recorded by its name and grid)
+    module = _solution_module(GDN_SHORT[0], tmp_path)
+    launched = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append((self.name, grid))
+
+    for name in ("_recurrent", "_chunk_prepare", "_chunk_recur"):
+        setattr(module, name, Kernel(name))
+    module.SHORT_TOKENS, module.SHORT_ROWS = 64, 8
+
+    def call(tokens, sequences):
+        q, v = torch.zeros(tokens, 4, 128), torch.zeros(tokens, 8, 128)
+        cu_seqlens = torch.zeros(sequences + 1, dtype=torch.int64)
+        gates = torch.zeros(tokens, 8)
+        launched.clear()
+        module.run(q, q, v, None, None, gates, None, gates, cu_seqlens, None, v, None)
+        return list(launched)
+
+    assert call(64, 3) == [("_recurrent", (24, 16))]
+    assert [name for name, _ in call(65, 3)] == ["_chunk_prepare", "_chunk_recur"]
+    assert [name for name, _ in call(0, 1)] == ["_chunk_prepare", "_chunk_recur"]
+    module.SHORT_TOKENS = 0  # as shipped until the sweep decides
+    assert [name for name, _ in call(6, 1)] == ["_chunk_prepare", "_chunk_recur"]
 
 
 def test_the_qsa_sparse_decode_merges_every_split():
