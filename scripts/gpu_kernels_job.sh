@@ -9,6 +9,9 @@
 #     the dataset (tests/benchmarks/test_gpu_kernels_job.py holds them to it). natten is
 #     NATTEN's flex path alone: on an H100 its first case took 64 s, 37 of them in
 #     compiling for the workload's shape, so it runs apart from the others.
+#   kt: our Triton kernels of the launch-bound definitions with --kernel-times (each case's
+#     CUPTI kernel durations, one more eager sample: about 3 s a case on the H200), where a
+#     call's time goes among its kernels; diagnostic rows, for no table
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
 #     rest, 60 s a line)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
@@ -24,11 +27,13 @@ declare -A KERNELS_OF=(
   [b]='dense_attention|sparse_mla|qsa_sparse|gdn|router'
   [na]='neighborhood' [natten]='neighborhood'
   [compile]='gdn_decode|mixed_mla|moe_router|qsa_sparse'
+  [kt]='gdn_prefill|mixed_mla|qsa_index|moe_router|block_causal_h32_d128_prefix0|grouped_gemm'
 )
 declare -A SOLUTIONS_OF=(
   [a]='^(?!compile_)' [b]='^(?!compile_)' [na]='^(?!compile_|natten_)'
-  [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)'
+  [natten]='^(natten_|torch_)' [compile]='^(compile_|torch_)' [kt]='^triton_'
 )
+declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
   [v1]='grouped_gemm_fp8_fp4_e384_n5120|qsa_sparse|qsa_index|bias_n384_k1536|moe_router|chunked_gdn'
   [v2]='n4608|prefix|mixed_mla|dense_attention|bias_n1536|k128|neighborhood_attention_3d_h(8|16)_'
@@ -64,7 +69,7 @@ for part in $PARTS; do
   *)
     [[ -n ${KERNELS_OF[$part]:-} ]] || { echo "no part $part"; continue; }
     NAME=kernels-$part KERNELS=${KERNELS_OF[$part]} SOLUTIONS=${SOLUTIONS_OF[$part]} \
-      RUN_ARGS="--methods graph" CACHE=/dev/shm/ikcache RUN_SECONDS=3000 STEPS=kernels \
+      RUN_ARGS=${RUN_ARGS_OF[$part]:---methods graph} CACHE=/dev/shm/ikcache RUN_SECONDS=3000 STEPS=kernels \
       bash scripts/gpu_judge.sh >> "$OUT/kernels-run.log" 2>&1
     ;;
   esac
