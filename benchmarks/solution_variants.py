@@ -10,6 +10,11 @@ each workload is done.
         triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4 \\
         --set BITS=4,8 --set SEGMENT=2048,4096 > qsa-variants.jsonl
 
+``--summarize FILE...`` reads such lines back (files of several sweeps too) and prints, per
+sweep, each variant's time over the solution as it was (geometric mean, least and most
+over the workloads where both were timed) and on how many workloads it passed: a table,
+or JSON with ``--json``.
+
 A tuning aid, not a judged time: one process, no sandbox, no regime, the bundled dataset's
 inputs (stand-ins where it has no tensors). With ``--device cpu`` (and TRITON_INTERPRET=1
 for Triton kernels) it checks each variant's correctness in the interpreter and reports no
@@ -21,8 +26,10 @@ context (an illegal address) stops the sweep, saying so: nothing after it could 
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
+import math
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -207,7 +214,85 @@ def sweep(
             return
 
 
+def summarized(lines: list[dict]) -> list[dict]:
+    """Per sweep in ``lines`` (its header, then its workloads): each variant's time over
+    the solution as it was ({}), where both passed (a graph replay too, on a GPU) and were
+    timed: geometric mean, least, most; and the workloads it passed of those swept. Fastest
+    first, the variants that failed anywhere last."""
+    sweeps: list[tuple[dict, list[dict]]] = []
+    for line in lines:
+        if line["type"] == "sweep":
+            sweeps.append((line, []))
+        elif sweeps:
+            sweeps[-1][1].append(line)
+    found = []
+    for header, workloads in sweeps:
+        table: dict[str, dict] = {}
+        for workload in workloads:
+            base = next((v for v in workload["variants"] if not v["set"]), None)
+            for variant in workload["variants"]:
+                row = table.setdefault(
+                    json.dumps(variant["set"]), {"set": variant["set"], "passed": 0, "ratios": []}
+                )
+                row["passed"] += bool(variant["passed"])
+                if variant.get("us") and base is not None and base.get("us"):
+                    row["ratios"].append(variant["us"] / base["us"])
+        rows = []
+        for row in table.values():
+            ratios = row.pop("ratios")
+            if ratios:
+                row["over_as_it_was"] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                row.update(least=min(ratios), most=max(ratios), timed=len(ratios))
+            rows.append(row)
+        rows.sort(key=lambda r: (r["passed"] < len(workloads), r.get("over_as_it_was", math.inf)))
+        found.append(
+            {
+                "solution": header["solution"],
+                "gpu": header.get("gpu", header["device"]),
+                "grid": header["grid"],
+                "workloads": f"{len(workloads)}/{header['workloads']}",
+                "variants": rows,
+            }
+        )
+    return found
+
+
+def _read_lines(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def print_summary(paths: list[Path], as_json: bool) -> None:
+    found = []
+    for path in paths:
+        try:
+            found += summarized(_read_lines(path))
+        except (OSError, ValueError, KeyError) as error:
+            why = f"{type(error).__name__}: {error}"
+            raise SystemExit(f"{path}: not a sweep's lines ({why})") from None
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return
+    for sweep in found:
+        print(f"{sweep['solution']} ({sweep['gpu']}, {sweep['workloads']} workloads)")
+        for row in sweep["variants"]:
+            setting = " ".join(f"{k}={v}" for k, v in row["set"].items()) or "(as it was)"
+            if "over_as_it_was" in row:
+                ratio = f"{row['over_as_it_was']:.3f} ({row['least']:.2f}-{row['most']:.2f})"
+            else:
+                ratio = "-"
+            print(f"  {setting:<44} passed {row['passed']:>2}  time / as it was {ratio}")
+
+
 def main() -> None:
+    if "--summarize" in sys.argv:
+        summary = argparse.ArgumentParser(description="Summarize sweeps' lines")
+        summary.add_argument("--summarize", nargs="+", type=Path, required=True, metavar="FILE")
+        summary.add_argument("--json", action="store_true", help="one JSON document")
+        given = summary.parse_args()
+        print_summary(given.summarize, given.json)
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("solution")
     parser.add_argument(

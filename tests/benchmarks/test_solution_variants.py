@@ -71,3 +71,37 @@ def test_every_planned_sweep_names_a_solution_and_its_constants():
         assert set(grid) <= set(constants), (name, set(grid) - set(constants))
         for constant, values in grid.items():  # the solution's own value is among them
             assert constants[constant] in values, (name, constant)
+
+
+def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path):
+    def workload(base, fast, wide_passed):
+        return {
+            "type": "workload",
+            "variants": [
+                {"set": {}, "passed": True, "us": base},
+                {"set": {"N": 2}, "passed": True, "us": fast},
+                {"set": {"N": 4}, "passed": wide_passed, "us": 1.0 if wide_passed else None},
+            ],
+        }
+
+    header = {"type": "sweep", "solution": "s", "device": "cuda", "gpu": "G"}
+    header.update(grid={"N": [2, 4]}, workloads=3)
+    lines = [header, workload(10.0, 5.0, True), workload(8.0, 8.0, False)]
+    path = tmp_path / "sweep.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines * 2))  # two sweeps
+    first, second = solution_variants.summarized(
+        [json.loads(x) for x in path.read_text().splitlines()]
+    )
+    assert first == second and first["workloads"] == "2/3" and first["gpu"] == "G"
+    fast, base, wide = first["variants"]  # the variant failed on a workload comes last
+    assert fast["set"] == {"N": 2} and fast["passed"] == 2 and fast["timed"] == 2
+    assert fast["over_as_it_was"] == pytest.approx(0.5**0.5)  # 0.5 and 1.0
+    assert (fast["least"], fast["most"]) == (0.5, 1.0)
+    assert base["over_as_it_was"] == 1.0
+    assert wide["passed"] == 1 and wide["over_as_it_was"] == pytest.approx(0.1)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/solution_variants.py"), "--summarize", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "N=2" in done.stdout and "0.707 (0.50-1.00)" in done.stdout
