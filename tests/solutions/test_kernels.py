@@ -105,16 +105,17 @@ QSA_SPARSE_SPLITS = (
 QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "MULTIPROCESSORS=132")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
-QSA_TIES_HELD = (*QSA_TIES, "--set", "KEYS=held")  # the keys read once, for the sweep
+QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
-# the tiles found by one Triton program (PLAN "kernel") rather than seven torch kernels
-GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=kernel")
+# the tiles found by seven torch kernels (PLAN "torch", as first judged) rather than one
+# Triton program
+GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=torch")
 # the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
-# K split over 4 programs a tile (the sweep's SPLIT_K), last program first: the partials
-# summed by the tile's last, the counter set back for the next call
+# K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
+# first: the partials summed by the tile's last, the counter set back for the next call
 GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
 # The router's decode in one kernel (DECODE "fused", the sweep's), last program first: the
 # default pair (M 1 twice, on one counter) and M 3 (three tokens selected by the last program)
@@ -148,12 +149,12 @@ FIXED = {
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
-    "test_qsa_index_ties_with_its_keys_held": QSA_TIES_HELD,
+    "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
-    "test_grouped_gemm_tiles_planned_in_one_program": GROUPED_GEMM_PLAN,
+    "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
     "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
     "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
@@ -278,6 +279,7 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
 
     for name in ("_recurrent", "_chunk_prepare", "_chunk_recur"):
         setattr(module, name, Kernel(name))
+    shipped = module.SHORT_TOKENS, module.SHORT_ROWS
     module.SHORT_TOKENS, module.SHORT_ROWS = 64, 8
 
     def call(tokens, sequences):
@@ -291,8 +293,12 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
     assert call(64, 3) == [("_recurrent", (24, 16))]
     assert [name for name, _ in call(65, 3)] == ["_chunk_prepare", "_chunk_recur"]
     assert [name for name, _ in call(0, 1)] == ["_chunk_prepare", "_chunk_recur"]
-    module.SHORT_TOKENS = 0  # as shipped until the sweep decides
+    module.SHORT_TOKENS = 0  # never
     assert [name for name, _ in call(6, 1)] == ["_chunk_prepare", "_chunk_recur"]
+    # as shipped since the H100's sweep: up to 80 tokens, 4 state rows a program
+    module.SHORT_TOKENS, module.SHORT_ROWS = shipped
+    assert call(80, 2) == [("_recurrent", (16, 32))]
+    assert [name for name, _ in call(81, 2)] == ["_chunk_prepare", "_chunk_recur"]
 
 
 def test_the_qsa_sparse_decode_merges_every_split():
@@ -354,11 +360,12 @@ def test_qsa_index_ties_at_the_cut():
     assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
-def test_qsa_index_ties_with_its_keys_held():
-    # The same cuts with KEYS = "held" (each selecting program reads its keys once and keeps
-    # them in registers across the passes; a variant the GPU's sweep times): a held variant
-    # that forgets the ties already above the cut fails both.
-    found = _checked(*QSA_TIES_HELD)
+def test_qsa_index_ties_with_its_keys_reloaded():
+    # The same cuts with KEYS = "reload" (each selecting program reads its keys again for
+    # every pass, as first judged; shipped since the H100's sweep: "held", read once and
+    # kept in registers across the passes, where a variant that forgets the ties already
+    # above the cut fails the test above).
+    found = _checked(*QSA_TIES_RELOADED)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
@@ -395,11 +402,12 @@ def test_grouped_gemm_decode_by_shifts_and_swapped_product():
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
 
-def test_grouped_gemm_tiles_planned_in_one_program():
-    # The same shapes with each expert's first row found by a binary search and the tiles'
-    # running sum by tl.cumsum in one program (_plan): an expert with no rows between two
-    # others and one expert's rows across tiles fail a search off by one or a sum that
-    # counts an empty expert's tile.
+def test_grouped_gemm_tiles_planned_by_torch():
+    # The same shapes with the tiles found by torch.searchsorted and torch.cumsum (PLAN
+    # "torch", as first judged). Shipped since the H100's sweep, each expert's first row by
+    # a binary search and the tiles' running sum by tl.cumsum in one program (_plan), the
+    # two tests above: an expert with no rows between two others and one expert's rows
+    # across tiles fail a search off by one or a sum that counts an empty expert's tile.
     found = _checked(*GROUPED_GEMM_PLAN)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
