@@ -157,8 +157,8 @@ def instruction_mix(cubin: bytes) -> dict:
     integer ALU's (IMAD counts there, as the moves it also does). A static count: a loop's
     body once, however often it runs."""
     text = _cuobjdump(cubin, "-sass")
-    # "/*0120*/   @!P0 HMMA.16816.F32 R4, ..." -> HMMA
-    found = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
+    # "/*0120*/   @!P0 HMMA.16816.F32 R4, ..." -> HMMA (past 64 KB of code: /*10120*/)
+    found = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
     counts = collections.Counter(found)
     return {
         "instructions": len(found),

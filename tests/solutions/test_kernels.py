@@ -80,6 +80,9 @@ GDN_CHUNKS = (
     "--uuid",
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
+# the same, each chunk's diagonal blocks of (I + A)^-1 solved on [4, 16, 16] (SOLVE "blocks",
+# the sweep's) rather than on the chunk's [64, 64]
+GDN_BLOCKS = (*GDN_CHUNKS, "--set", "SOLVE=blocks")
 # Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without, in the kernel that
 # takes short calls token by token (SHORT_TOKENS, the sweep's; 32 state rows a program, for
 # fewer programs in the interpreter): its loads run ahead of the sequence's end, and an
@@ -145,6 +148,7 @@ FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
+    "test_the_chunked_gdn_solves_its_diagonal_blocks_alone": GDN_BLOCKS,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
@@ -261,6 +265,13 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
     (case,) = _checked(*GDN_CHUNKS)
     assert case["axes"] == {"total_seq_len": 239, "num_seqs": 3, "len_cu_seqlens": 4}
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
+
+
+def test_the_chunked_gdn_solves_its_diagonal_blocks_alone():
+    # (a step that adds the row it should subtract fails both outputs)
+    (case,) = _checked(*GDN_BLOCKS)
+    assert case["axes"]["total_seq_len"] == 239
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
 
 def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
