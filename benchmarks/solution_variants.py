@@ -280,6 +280,7 @@ def print_summary(paths: list[Path], as_json: bool) -> None:
             setting = " ".join(f"{k}={v}" for k, v in row["set"].items()) or "(as it was)"
             if "over_as_it_was" in row:
                 ratio = f"{row['over_as_it_was']:.3f} ({row['least']:.2f}-{row['most']:.2f})"
+                ratio += f" over {row['timed']}"
             else:
                 ratio = "-"
             print(f"  {setting:<44} passed {row['passed']:>2}  time / as it was {ratio}")

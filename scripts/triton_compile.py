@@ -151,14 +151,18 @@ INTEGER = {"IMAD", "IADD3", "LOP3", "SHF", "ISETP", "SEL", "LEA", "PRMT", "IMNMX
 INTEGER |= {"POPC", "FLO", "BMSK", "SGXT", "VIADD", "VIMNMX", "BREV"}
 
 
+def opcodes(sass: str) -> list[str]:
+    """Each instruction's opcode in cuobjdump's SASS text: "/*0120*/   @!P0 HMMA.16816.F32
+    R4, ..." -> HMMA (past 64 KB of code the address has five digits: /*10120*/)."""
+    return re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass)
+
+
 def instruction_mix(cubin: bytes) -> dict:
     """The SASS of a cubin counted by opcode (its first part, ``HMMA.16816.F32`` as HMMA):
     all instructions, those on the tensor cores and the conversions by opcode, and the
     integer ALU's (IMAD counts there, as the moves it also does). A static count: a loop's
     body once, however often it runs."""
-    text = _cuobjdump(cubin, "-sass")
-    # "/*0120*/   @!P0 HMMA.16816.F32 R4, ..." -> HMMA (past 64 KB of code: /*10120*/)
-    found = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
+    found = opcodes(_cuobjdump(cubin, "-sass"))
     counts = collections.Counter(found)
     return {
         "instructions": len(found),

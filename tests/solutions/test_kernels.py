@@ -83,18 +83,13 @@ GDN_CHUNKS = (
 # the same, each chunk's diagonal blocks of (I + A)^-1 solved on [4, 16, 16] (SOLVE "blocks",
 # the sweep's) rather than on the chunk's [64, 64]
 GDN_BLOCKS = (*GDN_CHUNKS, "--set", "SOLVE=blocks")
-# Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without, in the kernel that
-# takes short calls token by token (SHORT_TOKENS, the sweep's; 32 state rows a program, for
-# fewer programs in the interpreter): its loads run ahead of the sequence's end, and an
-# empty sequence's (the first: token 0) are of no token of its own
-GDN_SHORT = (
-    "triton_chunked_gdn_prefill_qk4_v8_d128_k_last",
-    "--edges",
-    "--set",
-    "SHORT_TOKENS=64",
-    "--set",
-    "SHORT_ROWS=32",
-)
+# Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without: 17 tokens, taken
+# token by token (SHORT_TOKENS; here 32 state rows a program, for fewer programs in the
+# interpreter); its loads past a sequence's end are clamped to the sequence's last token
+# (the interpreter does not check bounds: a GPU's compute-sanitizer would)
+GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set", "SHORT_ROWS=32")
+# the same in the chunked kernels (the dev workloads the interpreter can take are short)
+GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -149,6 +144,7 @@ FIXED = {
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_solves_its_diagonal_blocks_alone": GDN_BLOCKS,
+    "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
@@ -272,6 +268,10 @@ def test_the_chunked_gdn_solves_its_diagonal_blocks_alone():
     (case,) = _checked(*GDN_BLOCKS)
     assert case["axes"]["total_seq_len"] == 239
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+
+
+def test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences():
+    assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES)] == [[True, True]] * 2
 
 
 def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):

@@ -90,3 +90,13 @@ def test_the_machine_code_says_which_tensor_core_product_a_setting_gets(tool):
     assert after["instructions"] < before["instructions"]
     with pytest.raises(ValueError, match="no module constant NOPE"):
         tool.recorded_launches(DATASET_INDEX, solution, settings={"NOPE": "1"})
+
+
+def test_every_instruction_is_counted_past_64_kb_of_code(tool):
+    # (cuobjdump's address comment grows a fifth digit; the encoding comment is no opcode)
+    sass = """
+        /*fff0*/                   HGMMA.64x32x16.F32.BF16 R24, gdesc[UR4], RZ ;  /* 0x0 */
+        /*10000*/              @!P0 BAR.SYNC.DEFER_BLOCKING 0x0 ;                 /* 0x0 */
+        /*10010*/                   EXIT ;                                         /* 0x0 */
+    """
+    assert tool.opcodes(sass) == ["HGMMA", "BAR", "EXIT"]
