@@ -32,7 +32,12 @@ SMALLEST_ONLY = {
 # Module constants set for the real-size check (kernel_check.py --set): the grouped GEMM's
 # 64-column tiles made 80 x 6 programs of 72 scale groups on the smallest workload (150 s
 # here); 256 columns, a quarter of the programs. Its edges check the tiles it ships with.
-WIDER_TILES = {"triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32": "BLOCK_N=256"}
+# The chunked GDN's default pair (6 and 30 tokens) goes token by token in 256 programs of 4
+# state rows (50 s here at 204a386); 32 rows, 32 programs, as its edges check takes them.
+WIDER_TILES = {
+    "triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32": "BLOCK_N=256",
+    "triton_chunked_gdn_prefill_qk4_v8_d128_k_last": "SHORT_ROWS=32",
+}
 # The same source as a kernel checked here, with other constants: not run again (the
 # interpreter took 80 s on the smallest n4608 k5120 workload; 34 s on the 32-head 3x7x7
 # neighborhood attention, whose windows are the 16-head one's: only the heads differ).
@@ -74,15 +79,16 @@ ROUTER_TILED = (  # the smallest workloads are decode (M=1: the GEMV path); M=12
     "7414061c-d565-5448-9e7a-78d5b1ebfdb4",
 )
 # The smallest workloads fit in one chunk of 64 tokens; these 239 tokens (sequences of 58,
-# 91 and 90) carry the state from chunk to chunk and end in partial chunks.
+# 91 and 90) carry the state from chunk to chunk and end in partial chunks (a diagonal
+# block's substitution step that adds the row it should subtract fails both outputs).
 GDN_CHUNKS = (
     "triton_chunked_gdn_prefill_qk4_v8_d128_k_last",
     "--uuid",
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
-# the same, each chunk's diagonal blocks of (I + A)^-1 solved on [4, 16, 16] (SOLVE "blocks",
-# the sweep's) rather than on the chunk's [64, 64]
-GDN_BLOCKS = (*GDN_CHUNKS, "--set", "SOLVE=blocks")
+# the same, each chunk's diagonal blocks of (I + A)^-1 solved on the chunk's [64, 64], the
+# other blocks masked (SOLVE "full", as first judged) rather than on [4, 16, 16]
+GDN_FULL = (*GDN_CHUNKS, "--set", "SOLVE=full")
 # Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without: 17 tokens, taken
 # token by token (SHORT_TOKENS; here 32 state rows a program, for fewer programs in the
 # interpreter); its loads past a sequence's end are clamped to the sequence's last token
@@ -143,7 +149,7 @@ FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
-    "test_the_chunked_gdn_solves_its_diagonal_blocks_alone": GDN_BLOCKS,
+    "test_the_chunked_gdn_solves_its_diagonal_blocks_on_the_whole_tile": GDN_FULL,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
@@ -263,9 +269,8 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
 
 
-def test_the_chunked_gdn_solves_its_diagonal_blocks_alone():
-    # (a step that adds the row it should subtract fails both outputs)
-    (case,) = _checked(*GDN_BLOCKS)
+def test_the_chunked_gdn_solves_its_diagonal_blocks_on_the_whole_tile():
+    (case,) = _checked(*GDN_FULL)
     assert case["axes"]["total_seq_len"] == 239
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
