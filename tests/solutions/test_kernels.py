@@ -94,6 +94,9 @@ GDN_FULL = (*GDN_CHUNKS, "--set", "SOLVE=full")
 # interpreter); its loads past a sequence's end are clamped to the sequence's last token
 # (the interpreter does not check bounds: a GPU's compute-sanitizer would)
 GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set", "SHORT_ROWS=32")
+# the same with the key, query and value loaded into the state's layout (SHORT_LOADS "rows",
+# the sweep's: each row's value in its column 0; a load of column 1 fails both outputs)
+GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 # the same in the chunked kernels (the dev workloads the interpreter can take are short)
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
@@ -149,6 +152,7 @@ FIXED = {
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
+    "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
     "test_the_chunked_gdn_solves_its_diagonal_blocks_on_the_whole_tile": GDN_FULL,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
@@ -315,6 +319,10 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
     module.SHORT_TOKENS, module.SHORT_ROWS = shipped
     assert call(80, 2) == [("_recurrent", (16, 32))]
     assert [name for name, _ in call(81, 2)] == ["_chunk_prepare", "_chunk_recur"]
+
+
+def test_the_chunked_gdn_token_by_token_in_the_states_layout():
+    assert [case["verdicts"] for case in _checked(*GDN_SHORT_ROWS)] == [[True, True]] * 2
 
 
 def test_the_qsa_sparse_decode_merges_every_split():
