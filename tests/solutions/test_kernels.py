@@ -133,6 +133,9 @@ ROUTER_FUSED = (
     "--reversed",
 )
 ROUTER_FUSED_ROWS = (*ROUTER_FUSED, "--uuid", "8fb5668d-9ace-5884-ae82-5cfb3e534ef0")
+# The decode's GEMV summed once after its five steps of D (DECODE_SUM "once", the sweep's),
+# M 3 (a GEMV that leaves out the last step fails both outputs)
+ROUTER_SUM_ONCE = (ROUTER_FUSED[0], "--uuid", ROUTER_FUSED_ROWS[-1], "--set", "DECODE_SUM=once")
 # A short prefill's one tile of keys taken untested, its loads with the queries' (ORDER
 # "diagonal", the sweep's): the default pair (25 tokens each)
 BLOCK_CAUSAL_DIAGONAL = (
@@ -168,6 +171,7 @@ FIXED = {
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
     "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
     "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
+    "test_the_routers_decode_sums_its_products_once": ROUTER_SUM_ONCE,
     "test_block_causal_short_prefill_in_one_round_of_loads": BLOCK_CAUSAL_DIAGONAL,
 }
 
@@ -460,6 +464,11 @@ def test_the_routers_decode_in_one_kernel():
 def test_the_routers_decode_in_one_kernel_selects_every_token():
     # M 3: the last program selects for each of the three tokens
     (case,) = _checked(*ROUTER_FUSED_ROWS)
+    assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
+
+
+def test_the_routers_decode_sums_its_products_once():
+    (case,) = _checked(*ROUTER_SUM_ONCE)
     assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
 
 
