@@ -111,6 +111,16 @@ QSA_SPARSE_SPLITS = (
 # run() counting an H200's 132, as on the GPU (on the CPU it counts none and keeps SPLIT)
 QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "MULTIPROCESSORS=132")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
+# GDN decode with the key, query and value loaded into the state's layout (LOADS "rows", the
+# sweep's), B 32: 256 (sequence, head) pairs, 32 state rows a program (a load of each row's
+# value from column 1 fails both outputs)
+GDN_DECODE_ROWS = (
+    WRONG_SCALE[0],
+    "--uuid",
+    "d38dde79-79f9-4c2d-8bbe-05ee1be48583",
+    "--set",
+    "LOADS=rows",
+)
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
@@ -164,6 +174,7 @@ FIXED = {
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
+    "test_gdn_decode_in_the_states_layout": GDN_DECODE_ROWS,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
@@ -356,6 +367,12 @@ def test_a_wrong_kernel_fails_the_same_check():
     # the state (which the scale does not touch) still passes.
     (case,) = _checked(*WRONG_SCALE)
     assert case["verdicts"] == [False, True]
+
+
+def test_gdn_decode_in_the_states_layout():
+    (case,) = _checked(*GDN_DECODE_ROWS)
+    assert case["axes"] == {"batch_size": 32}
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
 
 @pytest.mark.parametrize("name", [k for k in KERNELS if "sparse_mla" in k])
