@@ -110,6 +110,9 @@ QSA_SPARSE_SPLITS = (
 # the splits of 32 that a GPU's decode takes where 64 would not fill its multiprocessors (B 1):
 # run() counting an H200's 132, as on the GPU (on the CPU it counts none and keeps SPLIT)
 QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "MULTIPROCESSORS=132")
+# the split's block ids loaded with the row's, the index clamped (IDS "clamped", the sweep's;
+# an id one place on fails)
+QSA_SPARSE_CLAMPED = (*QSA_SPARSE_SPLITS, "--set", "IDS=clamped")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 # GDN decode with the key, query and value loaded into the state's layout (LOADS "rows", the
 # sweep's), B 32: 256 (sequence, head) pairs, 32 state rows a program (a load of each row's
@@ -173,6 +176,7 @@ FIXED = {
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
+    "test_the_qsa_sparse_decode_with_its_ids_loaded_first": QSA_SPARSE_CLAMPED,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_gdn_decode_in_the_states_layout": GDN_DECODE_ROWS,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
@@ -348,6 +352,11 @@ def test_the_qsa_sparse_decode_merges_every_split():
     (case,) = _checked(*QSA_SPARSE_SPLITS)
     assert case["axes"]["MP"] == 3193 and case["verdicts"] == [True], case
     assert case["inputs_unchanged"]
+
+
+def test_the_qsa_sparse_decode_with_its_ids_loaded_first():
+    (case,) = _checked(*QSA_SPARSE_CLAMPED)
+    assert case["axes"]["MP"] == 3193 and case["verdicts"] == [True], case
 
 
 def test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle(tmp_path):
