@@ -135,6 +135,9 @@ GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edg
 # the tiles found by seven torch kernels (PLAN "torch", as first judged) rather than one
 # Triton program
 GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=torch")
+# each group's scales loaded where its product is scaled (SCALES "group", the sweep's; a row
+# or column scale read at the step's first group fails)
+GROUPED_GEMM_SCALES = (*GROUPED_GEMM_EDGES, "--set", "SCALES=group")
 # the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
@@ -187,6 +190,7 @@ FIXED = {
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
+    "test_grouped_gemm_scales_loaded_by_group": GROUPED_GEMM_SCALES,
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
     "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
     "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
@@ -472,6 +476,11 @@ def test_grouped_gemm_tiles_planned_by_torch():
     # two tests above: an expert with no rows between two others and one expert's rows
     # across tiles fail a search off by one or a sum that counts an empty expert's tile.
     found = _checked(*GROUPED_GEMM_PLAN)
+    assert [case["verdicts"] for case in found] == [[True]] * 3, found
+
+
+def test_grouped_gemm_scales_loaded_by_group():
+    found = _checked(*GROUPED_GEMM_SCALES)
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
 
