@@ -42,6 +42,7 @@ from inference_kernels.dataset.selection import select
 from inference_kernels.judge.loader import load_package, module_constants, write_package
 from inference_kernels.materialize.inputs import materialize
 from inference_kernels.materialize.references import accepted, run_reference
+from inference_kernels.report.tables import inputs_label
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,7 +219,8 @@ def summarized(lines: list[dict]) -> list[dict]:
     """Per sweep in ``lines`` (its header, then its workloads): each variant's time over
     the solution as it was ({}), where both passed (a graph replay too, on a GPU) and were
     timed: geometric mean, least, most; and the workloads it passed of those swept. Fastest
-    first, the variants that failed anywhere last."""
+    first, the variants that failed anywhere last. ``inputs``: what the workloads' inputs
+    were ("stand-in", "captured", or both joined by " and ")."""
     sweeps: list[tuple[dict, list[dict]]] = []
     for line in lines:
         if line["type"] == "sweep":
@@ -251,6 +253,7 @@ def summarized(lines: list[dict]) -> list[dict]:
                 "gpu": header.get("gpu", header["device"]),
                 "grid": header["grid"],
                 "workloads": f"{len(workloads)}/{header['workloads']}",
+                "inputs": " and ".join(sorted({w.get("inputs", "unrecorded") for w in workloads})),
                 "variants": rows,
             }
         )
@@ -275,7 +278,10 @@ def print_summary(paths: list[Path], as_json: bool) -> None:
         print(json.dumps(found, indent=1))
         return
     for sweep in found:
-        print(f"{sweep['solution']} ({sweep['gpu']}, {sweep['workloads']} workloads)")
+        inputs = inputs_label(sweep["inputs"])
+        print(
+            f"{sweep['solution']} ({sweep['gpu']}, {sweep['workloads']} workloads, {inputs} inputs)"
+        )
         for row in sweep["variants"]:
             setting = " ".join(f"{k}={v}" for k, v in row["set"].items()) or "(as it was)"
             if "over_as_it_was" in row:

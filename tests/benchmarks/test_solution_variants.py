@@ -74,9 +74,10 @@ def test_every_planned_sweep_names_a_solution_and_its_constants():
 
 
 def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path):
-    def workload(base, fast, wide_passed):
+    def workload(base, fast, wide_passed, inputs="stand-in"):
         return {
             "type": "workload",
+            "inputs": inputs,
             "variants": [
                 {"set": {}, "passed": True, "us": base},
                 {"set": {"N": 2}, "passed": True, "us": fast},
@@ -86,13 +87,14 @@ def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path
 
     header = {"type": "sweep", "solution": "s", "device": "cuda", "gpu": "G"}
     header.update(grid={"N": [2, 4]}, workloads=3)
-    lines = [header, workload(10.0, 5.0, True), workload(8.0, 8.0, False)]
+    lines = [header, workload(10.0, 5.0, True), workload(8.0, 8.0, False, "captured")]
     path = tmp_path / "sweep.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines * 2))  # two sweeps
     first, second = solution_variants.summarized(
         [json.loads(x) for x in path.read_text().splitlines()]
     )
     assert first == second and first["workloads"] == "2/3" and first["gpu"] == "G"
+    assert first["inputs"] == "captured and stand-in"  # stand-ins never pass for captured
     fast, base, wide = first["variants"]  # the variant failed on a workload comes last
     assert fast["set"] == {"N": 2} and fast["passed"] == 2 and fast["timed"] == 2
     assert fast["over_as_it_was"] == pytest.approx(0.5**0.5)  # 0.5 and 1.0
@@ -106,3 +108,4 @@ def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path
     )
     assert done.returncode == 0 and "N=2" in done.stdout
     assert "0.707 (0.50-1.00) over 2" in done.stdout
+    assert "(G, 2/3 workloads, captured and STAND-IN inputs)" in done.stdout
