@@ -126,6 +126,9 @@ GDN_DECODE_ROWS = (
 )
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
+# each head's query loaded into the keys' layout (QUERIES "rows", the sweep's): the default
+# pair, whose B 2 rows of 132 pages are scored (one query for every head fails there)
+QSA_QUERY_ROWS = (QSA_TIES[0], "--set", "QUERIES=rows")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 # every chunk's loads issued before any product (LOADS "first", the sweep's), last program
@@ -183,6 +186,7 @@ FIXED = {
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_gdn_decode_in_the_states_layout": GDN_DECODE_ROWS,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
+    "test_qsa_index_scores_with_queries_in_the_keys_layout": QSA_QUERY_ROWS,
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
@@ -409,6 +413,12 @@ def test_dense_attention_splits_the_keys(name):
 def test_programs_in_reverse_order(name):
     found = _checked(name, *REVERSED[name])
     assert found and all(all(case["verdicts"]) for case in found), found
+
+
+def test_qsa_index_scores_with_queries_in_the_keys_layout():
+    found = _checked(*QSA_QUERY_ROWS)
+    assert [case["axes"]["NP"] for case in found] == [2, 132], found
+    assert [case["verdicts"] for case in found] == [[True]] * 2, found
 
 
 def test_qsa_index_ties_at_the_cut():
