@@ -124,6 +124,7 @@ GDN_DECODE_ROWS = (
     "--set",
     "LOADS=rows",
 )
+GDN_DECODE_ROWS_FEW = (WRONG_SCALE[0], "--set", "LOADS=rows")  # the B 1 pair: 16 rows a program
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
 # each head's query loaded into the keys' layout (QUERIES "rows", the sweep's): the default
@@ -141,6 +142,7 @@ GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=torch")
 # each group's scales loaded where its product is scaled (SCALES "group", the sweep's; a row
 # or column scale read at the step's first group fails)
 GROUPED_GEMM_SCALES = (*GROUPED_GEMM_EDGES, "--set", "SCALES=group")
+GROUPED_GEMM_SCALES_ROWS = (*GROUPED_GEMM_SCALES, "--set", "SMALL_PRODUCT=rows")  # not swapped
 # the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
@@ -390,6 +392,9 @@ def test_gdn_decode_in_the_states_layout():
     (case,) = _checked(*GDN_DECODE_ROWS)
     assert case["axes"] == {"batch_size": 32}
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+    found = _checked(*GDN_DECODE_ROWS_FEW)
+    assert [case["axes"] for case in found] == [{"batch_size": 1}] * 2, found
+    assert [case["verdicts"] for case in found] == [[True, True]] * 2, found
 
 
 @pytest.mark.parametrize("name", [k for k in KERNELS if "sparse_mla" in k])
@@ -490,8 +495,9 @@ def test_grouped_gemm_tiles_planned_by_torch():
 
 
 def test_grouped_gemm_scales_loaded_by_group():
-    found = _checked(*GROUPED_GEMM_SCALES)
-    assert [case["verdicts"] for case in found] == [[True]] * 3, found
+    for arguments in (GROUPED_GEMM_SCALES, GROUPED_GEMM_SCALES_ROWS):  # swapped product, not
+        found = _checked(*arguments)
+        assert [case["verdicts"] for case in found] == [[True]] * 3, (arguments, found)
 
 
 def test_the_bias_gemm_splits_k_in_one_kernel():
