@@ -110,36 +110,34 @@ QSA_SPARSE_SPLITS = (
 # the splits of 32 that a GPU's decode takes where 64 would not fill its multiprocessors (B 1):
 # run() counting an H200's 132, as on the GPU (on the CPU it counts none and keeps SPLIT)
 QSA_SPARSE_FEW = (*QSA_SPARSE_SPLITS, "--set", "MULTIPROCESSORS=132")
-# the split's block ids loaded with the row's, the index clamped (IDS "clamped", the sweep's;
-# an id one place on fails)
-QSA_SPARSE_CLAMPED = (*QSA_SPARSE_SPLITS, "--set", "IDS=clamped")
+# the split's block ids loaded masked by the row's count (IDS "masked", as first judged; the
+# shipped "clamped" loads them with the row's, the index clamped: an id one place on fails)
+QSA_SPARSE_MASKED = (*QSA_SPARSE_SPLITS, "--set", "IDS=masked")
 WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
-# GDN decode with the key, query and value loaded into the state's layout (LOADS "rows", the
-# sweep's), B 32: 256 (sequence, head) pairs, 32 state rows a program (a load of each row's
-# value from column 1 fails both outputs)
-GDN_DECODE_ROWS = (
-    WRONG_SCALE[0],
-    "--uuid",
-    "d38dde79-79f9-4c2d-8bbe-05ee1be48583",
-    "--set",
-    "LOADS=rows",
-)
-GDN_DECODE_ROWS_FEW = (WRONG_SCALE[0], "--set", "LOADS=rows")  # the B 1 pair: 16 rows a program
+# GDN decode with the key, query and value loaded into the state's layout (LOADS "rows",
+# shipped), B 32: 256 (sequence, head) pairs, 32 state rows a program (the B 1 pair, 16, is
+# the default check; a load of each row's value from column 1 fails both outputs)
+GDN_DECODE_ROWS = (WRONG_SCALE[0], "--uuid", "d38dde79-79f9-4c2d-8bbe-05ee1be48583")
+# the same pair with them loaded as vectors and moved into that layout (as first judged)
+GDN_DECODE_VECTORS = (WRONG_SCALE[0], "--set", "LOADS=vectors")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
-# each head's query loaded into the keys' layout (QUERIES "rows", the sweep's): the default
-# pair, whose B 2 rows of 132 pages are scored (one query for every head fails there)
-QSA_QUERY_ROWS = (QSA_TIES[0], "--set", "QUERIES=rows")
+# each head's query loaded as a vector and moved into the keys' layout (QUERIES "vectors", as
+# first judged; the shipped "rows" loads it there): the default pair, whose B 2 rows of 132
+# pages are scored (one query for every head fails there)
+QSA_QUERY_VECTORS = (QSA_TIES[0], "--set", "QUERIES=vectors")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
 # the tiles found by seven torch kernels (PLAN "torch", as first judged) rather than one
 # Triton program
 GROUPED_GEMM_PLAN = (*GROUPED_GEMM_EDGES, "--set", "PLAN=torch")
-# each group's scales loaded where its product is scaled (SCALES "group", the sweep's; a row
-# or column scale read at the step's first group fails)
-GROUPED_GEMM_SCALES = (*GROUPED_GEMM_EDGES, "--set", "SCALES=group")
-GROUPED_GEMM_SCALES_ROWS = (*GROUPED_GEMM_SCALES, "--set", "SMALL_PRODUCT=rows")  # not swapped
+# the step's scale table loaded once, each group's column taken out of it (SCALES "table", as
+# first judged; the shipped "group" loads each group's scales where its product is scaled: a
+# row or column scale read at the step's first group fails), and "group" with the product
+# not swapped
+GROUPED_GEMM_TABLE = (*GROUPED_GEMM_EDGES, "--set", "SCALES=table")
+GROUPED_GEMM_ROWS = (*GROUPED_GEMM_EDGES, "--set", "SMALL_PRODUCT=rows")
 # the decode by compares and selects, the small tiles' product as A W^T
 GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "SMALL_PRODUCT=rows")
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
@@ -154,9 +152,10 @@ ROUTER_FUSED = (
     "--reversed",
 )
 ROUTER_FUSED_ROWS = (*ROUTER_FUSED, "--uuid", "8fb5668d-9ace-5884-ae82-5cfb3e534ef0")
-# The decode's GEMV summed once after its five steps of D (DECODE_SUM "once", the sweep's),
-# M 3 (a GEMV that leaves out the last step fails both outputs)
-ROUTER_SUM_ONCE = (ROUTER_FUSED[0], "--uuid", ROUTER_FUSED_ROWS[-1], "--set", "DECODE_SUM=once")
+# The decode's GEMV summed across the warps at each of its five steps of D (DECODE_SUM
+# "each", as first judged; the shipped "once" sums once after them: one that leaves out the
+# last step fails both outputs), M 3
+ROUTER_SUM_EACH = (ROUTER_FUSED[0], "--uuid", ROUTER_FUSED_ROWS[-1], "--set", "DECODE_SUM=each")
 # A short prefill's one tile of keys taken untested, its loads with the queries' (ORDER
 # "diagonal", the sweep's): the default pair (25 tokens each)
 BLOCK_CAUSAL_DIAGONAL = (
@@ -181,22 +180,22 @@ FIXED = {
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
-    "test_the_qsa_sparse_decode_with_its_ids_loaded_first": QSA_SPARSE_CLAMPED,
+    "test_the_qsa_sparse_decode_with_its_ids_masked": QSA_SPARSE_MASKED,
     "test_a_wrong_kernel_fails_the_same_check": WRONG_SCALE,
     "test_gdn_decode_in_the_states_layout": GDN_DECODE_ROWS,
     "test_qsa_index_ties_at_the_cut": QSA_TIES,
-    "test_qsa_index_scores_with_queries_in_the_keys_layout": QSA_QUERY_ROWS,
+    "test_qsa_index_scores_with_queries_moved_into_the_keys_layout": QSA_QUERY_VECTORS,
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
-    "test_grouped_gemm_scales_loaded_by_group": GROUPED_GEMM_SCALES,
+    "test_grouped_gemm_scales_from_the_steps_table": GROUPED_GEMM_TABLE,
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
     "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
     "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
-    "test_the_routers_decode_sums_its_products_once": ROUTER_SUM_ONCE,
+    "test_the_routers_decode_sums_its_products_at_every_step": ROUTER_SUM_EACH,
     "test_block_causal_short_prefill_in_one_round_of_loads": BLOCK_CAUSAL_DIAGONAL,
 }
 
@@ -360,8 +359,8 @@ def test_the_qsa_sparse_decode_merges_every_split():
     assert case["inputs_unchanged"]
 
 
-def test_the_qsa_sparse_decode_with_its_ids_loaded_first():
-    (case,) = _checked(*QSA_SPARSE_CLAMPED)
+def test_the_qsa_sparse_decode_with_its_ids_masked():
+    (case,) = _checked(*QSA_SPARSE_MASKED)
     assert case["axes"]["MP"] == 3193 and case["verdicts"] == [True], case
 
 
@@ -388,7 +387,7 @@ def test_gdn_decode_in_the_states_layout():
     (case,) = _checked(*GDN_DECODE_ROWS)
     assert case["axes"] == {"batch_size": 32}
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
-    found = _checked(*GDN_DECODE_ROWS_FEW)
+    found = _checked(*GDN_DECODE_VECTORS)
     assert [case["axes"] for case in found] == [{"batch_size": 1}] * 2, found
     assert [case["verdicts"] for case in found] == [[True, True]] * 2, found
 
@@ -416,8 +415,8 @@ def test_programs_in_reverse_order(name):
     assert found and all(all(case["verdicts"]) for case in found), found
 
 
-def test_qsa_index_scores_with_queries_in_the_keys_layout():
-    found = _checked(*QSA_QUERY_ROWS)
+def test_qsa_index_scores_with_queries_moved_into_the_keys_layout():
+    found = _checked(*QSA_QUERY_VECTORS)
     assert [case["axes"]["NP"] for case in found] == [2, 132], found
     assert [case["verdicts"] for case in found] == [[True]] * 2, found
 
@@ -485,8 +484,8 @@ def test_grouped_gemm_tiles_planned_by_torch():
     assert [case["verdicts"] for case in found] == [[True]] * 3, found
 
 
-def test_grouped_gemm_scales_loaded_by_group():
-    for arguments in (GROUPED_GEMM_SCALES, GROUPED_GEMM_SCALES_ROWS):  # swapped product, not
+def test_grouped_gemm_scales_from_the_steps_table():
+    for arguments in (GROUPED_GEMM_TABLE, GROUPED_GEMM_ROWS):
         found = _checked(*arguments)
         assert [case["verdicts"] for case in found] == [[True]] * 3, (arguments, found)
 
@@ -518,8 +517,8 @@ def test_the_routers_decode_in_one_kernel_selects_every_token():
     assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
 
 
-def test_the_routers_decode_sums_its_products_once():
-    (case,) = _checked(*ROUTER_SUM_ONCE)
+def test_the_routers_decode_sums_its_products_at_every_step():
+    (case,) = _checked(*ROUTER_SUM_EACH)
     assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
 
 
