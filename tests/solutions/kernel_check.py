@@ -55,6 +55,71 @@ def run_programs_reversed() -> None:
     )
 
 
+def check_bounds() -> None:
+    """Every load, store and atomic the interpreter runs, checked to stay inside one of its
+    kernel's tensor arguments (each tensor's own elements: a view's span, not its storage's):
+    an unmasked lane's address outside every one raises, naming the access and how far out
+    it is. On a GPU such an access is undefined (an illegal address at best); the
+    interpreter would read or write the host's memory there without a word."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    spans: list[np.ndarray] = []  # [starts, ends] of the kernel's tensors, merged
+
+    init = interpreter.GridExecutor._init_args_hst
+
+    def init_and_record(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init(self, args_dev, kwargs)
+        found = []
+        for arg in [*args_hst, *kwargs_hst.values()]:
+            if isinstance(arg, torch.Tensor) and arg.numel():
+                last = sum((n - 1) * step for n, step in zip(arg.shape, arg.stride(), strict=True))
+                found.append((arg.data_ptr(), arg.data_ptr() + (last + 1) * arg.element_size()))
+        merged: list[list[int]] = []
+        for start, end in sorted(found):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        spans[:] = [np.array(merged, dtype=np.uint64).reshape(-1, 2)]
+        return args_hst, kwargs_hst
+
+    def checked(method, pointers_at: int, mask_at: int | None):
+        def run(self, *args):
+            ptrs = args[pointers_at]
+            mask = args[mask_at].data if mask_at is not None else True
+            addresses = ptrs.data[np.broadcast_to(mask, ptrs.data.shape)].astype(np.uint64)
+            size = interpreter._get_np_dtype(ptrs.get_element_ty()).itemsize
+            table = spans[0] if spans else np.zeros((0, 2), np.uint64)
+            at = np.searchsorted(table[:, 0], addresses, side="right").astype(np.int64) - 1
+            inside = (at >= 0) & (addresses + np.uint64(size) <= table[np.maximum(at, 0), 1])
+            if not inside.all():
+                bad = int(addresses[~inside][0])
+                start, end = min(
+                    ((int(a), int(b)) for a, b in table),
+                    key=lambda span: min(abs(bad - span[0]), abs(bad - span[1])),
+                    default=(bad, bad),
+                )
+                raise IndexError(
+                    f"{method.__name__}: {int((~inside).sum())} of {addresses.size} addresses "
+                    f"outside every tensor argument of the kernel, the first at byte "
+                    f"{bad - start} of the nearest, a {end - start}-byte tensor"
+                )
+            return method(self, *args)
+
+        return run
+
+    builder = type(interpreter.interpreter_builder)
+    interpreter.GridExecutor._init_args_hst = init_and_record
+    for name, pointers_at, mask_at in (  # (the methods' arguments after self)
+        ("create_masked_load", 0, 1),
+        ("create_masked_store", 0, 2),
+        ("create_atomic_rmw", 1, 3),
+        ("create_atomic_cas", 0, None),
+    ):
+        setattr(builder, name, checked(getattr(builder, name), pointers_at, mask_at))
+
+
 def cases(name: str):
     """The definition's smallest workload and its next-smallest dev one: the interpreter
     runs every program of a kernel in Python (a GDN prefill of 600 tokens takes minutes)."""
@@ -230,6 +295,7 @@ def grouped_gemm_shapes() -> list[list]:
 
 def main() -> None:
     name, wrong = sys.argv[1], "--wrong-scale" in sys.argv
+    check_bounds()
     if "--reversed" in sys.argv:
         run_programs_reversed()
     solution = DATASET_INDEX.solutions[name]

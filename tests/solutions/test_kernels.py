@@ -2,8 +2,9 @@
 Triton's interpreter (``TRITON_INTERPRET=1``, in a process of its own: kernel_check.py):
 on each definition's smallest workload and its next-smallest dev one (stand-in inputs), or
 on a fabricated smaller one where even the smallest is too large for it (FABRICATED), each
-output passes the task's acceptance check against the FP32 reference and the inputs
-stay byte-identical; a kernel that is off (a wrong scale) fails the same check. Their
+output passes the task's acceptance check against the FP32 reference, the inputs stay
+byte-identical and every load, store and atomic stays inside the kernel's tensor arguments
+(kernel_check's bounds check); a kernel that is off (a wrong scale) fails the same check. Their
 speed, and every dev workload, are the H200's business (``run --device cuda``): the
 interpreter says nothing of either."""
 
@@ -92,7 +93,7 @@ GDN_FULL = (*GDN_CHUNKS, "--set", "SOLVE=full")
 # Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without: 17 tokens, taken
 # token by token (SHORT_TOKENS; here 32 state rows a program, for fewer programs in the
 # interpreter); its loads past a sequence's end are clamped to the sequence's last token
-# (the interpreter does not check bounds: a GPU's compute-sanitizer would)
+# (kernel_check's bounds check fails a load past the last sequence's end, outside the tensor)
 GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set", "SHORT_ROWS=32")
 # the same with the key, query and value loaded into the state's layout (SHORT_LOADS "rows",
 # the sweep's: each row's value in its column 0; a load of column 1 fails both outputs)
@@ -254,6 +255,51 @@ def _run(arguments: tuple[str, ...]) -> list[dict]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# A copy kernel under kernel_check's bounds check: in bounds, with its masked-off lanes
+# past the end, and one element past the end (a load, then a store): the last two raise
+BOUNDS_PROBE = """
+import json
+import torch, triton, triton.language as tl
+from kernel_check import check_bounds
+
+@triton.jit
+def copy(src, dst, n, load_past, store_past, BLOCK: tl.constexpr):
+    at = tl.arange(0, BLOCK)
+    value = tl.load(src + at + load_past, mask=at < n, other=0.0)
+    tl.store(dst + at + store_past, value, mask=at < n)
+
+check_bounds()
+found = []
+for n, load_past, store_past in ((8, 0, 0), (7, 1, 1), (8, 1, 0), (8, 0, 1)):
+    try:
+        copy[(1,)](torch.arange(8.0), torch.zeros(8), n, load_past, store_past, BLOCK=16)
+        found.append("ok")
+    except Exception as error:
+        found.append(str(error))
+print(json.dumps(found))
+"""
+
+
+def test_the_interpreter_checks_every_access_stays_in_a_tensor():
+    pytest.importorskip("triton")
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(HERE), environment.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", BOUNDS_PROBE],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found[:2] == ["ok", "ok"], found
+    load, store = found[2:]
+    assert "create_masked_load: 1 of 8 addresses outside every tensor argument" in load, load
+    assert "the first at byte 32 of the nearest, a 32-byte tensor" in load, load
+    assert "create_masked_store: 1 of 8 addresses outside every tensor argument" in store, store
 
 
 def _solution_module(name: str, folder: Path):
