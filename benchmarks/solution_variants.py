@@ -20,7 +20,14 @@ inputs (stand-ins where it has no tensors). With ``--device cpu`` (and TRITON_IN
 for Triton kernels) it checks each variant's correctness in the interpreter and reports no
 time. A constant that a kernel reads itself (not ``run``) cannot change once compiled:
 that variant is reported as failed, with Triton's message. A variant that loses the CUDA
-context (an illegal address) stops the sweep, saying so: nothing after it could run.
+context (an illegal address) stops the sweep, saying so (the workload's line is marked
+``stopped`` and names the variant as ``crashed``; exit status 3): nothing after it could
+run in that process. ``--resume FILE`` (the file the stopped sweep's lines went to) goes on
+in a new process: the same sweep's finished workloads are skipped, the variants that
+crashed are left out, and the stopped workload is done again; its lines continue the
+sweep's (no new header), and the summary takes a workload's later line over its earlier
+one, variant by variant (the crashed variant's failure stays). scripts/gpu_judge.sh
+resumes a stopped line while its time lasts.
 """
 
 from __future__ import annotations
@@ -127,6 +134,21 @@ def _time_us(call, device: str, rep_ms: int) -> float | None:
     return 1000.0 * do_bench_cudagraph(call, rep=rep_ms, return_mode="median")
 
 
+def resumed(path: Path, solution: str, grid: dict) -> tuple[bool, set[str], list[dict]]:
+    """What ``path`` holds of a sweep of ``solution`` over ``grid`` as its last sweep:
+    whether it is there (its header), the workloads it finished (uuids) and the variants
+    that lost the CUDA context."""
+    lines = _read_lines(path) if path.exists() else []
+    starts = [at for at, line in enumerate(lines) if line["type"] == "sweep"]
+    if not starts:
+        return False, set(), []
+    header, after = lines[starts[-1]], lines[starts[-1] + 1 :]
+    if header["solution"] != solution or header["grid"] != grid:
+        return False, set(), []
+    done = {line["uuid"] for line in after if "stopped" not in line}
+    return True, done, [line["crashed"] for line in after if "crashed" in line]
+
+
 def _context_broken(device: str) -> bool:
     """Whether the CUDA context is lost (an illegal address kills every later call)."""
     if device == "cpu":
@@ -148,8 +170,10 @@ def sweep(
     limit: int | None,
     rep_ms: int,
     log=sys.stderr,
+    resume: Path | None = None,
 ) -> Iterator[dict]:
-    """The sweep's lines: its header, then one per workload as it is done."""
+    """The sweep's lines: its header, then one per workload as it is done (``resume``: the
+    lines a stopped run of this sweep wrote, to go on from, without a header)."""
     solution = dataset.solutions[solution_name]
     definition = dataset.definitions[solution.definition]
     tolerance = dataset.tasks[solution.definition].tolerance
@@ -160,12 +184,17 @@ def sweep(
     original = {name: constants[name] for name in grid}
     dps = solution.spec.destination_passing_style
     workloads = [w for _, w in select(dataset, [solution.definition], suite)][:limit]
+    going_on, done, crashed = resumed(resume, solution_name, grid) if resume else (False, set(), [])
+    tried = [variant for variant in variants(grid) if variant not in crashed]
     header = {"type": "sweep", "solution": solution_name, "device": device, "suite": suite}
     header.update(grid={k: v for k, v in grid.items()}, workloads=len(workloads))
     if device != "cpu":
         header["gpu"] = torch.cuda.get_device_name(device)
-    yield header
+    if not going_on:
+        yield header
     for index, workload in enumerate(workloads):
+        if workload.uuid in done:
+            continue
         capture = dataset.captures.get(workload.uuid)
         made = materialize(
             definition, workload, data_root=dataset.root, device=device, capture=capture
@@ -179,7 +208,7 @@ def sweep(
                 return run(*i, *o)
 
         rows, broken = [], False
-        for variant in variants(grid):
+        for variant in tried:
             constants.update(original)
             constants.update(variant)
             entry = {"set": variant}
@@ -209,6 +238,7 @@ def sweep(
         line.update(inputs=made.origin, variants=rows)
         if broken:
             line["stopped"] = "the CUDA context was lost: no later variant or workload can run"
+            line["crashed"] = variant
         yield line
         print(f"{index + 1}/{len(workloads)} {workload.axes}: {rows[0]}", file=log, flush=True)
         if broken:
@@ -228,7 +258,14 @@ def summarized(lines: list[dict]) -> list[dict]:
         elif sweeps:
             sweeps[-1][1].append(line)
     found = []
-    for header, workloads in sweeps:
+    for header, lines_of_sweep in sweeps:
+        latest: dict[str, dict] = {}  # a workload's later line (a resumed sweep's) over its
+        for at, line in enumerate(lines_of_sweep):  # earlier one, variant by variant
+            key = line.get("uuid", str(at))
+            earlier = {json.dumps(v["set"]): v for v in latest.get(key, {}).get("variants", [])}
+            earlier.update({json.dumps(v["set"]): v for v in line["variants"]})
+            latest[key] = {**line, "variants": list(earlier.values())}
+        workloads = list(latest.values())
         table: dict[str, dict] = {}
         for workload in workloads:
             base = next((v for v in workload["variants"] if not v["set"]), None)
@@ -314,6 +351,12 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rep-ms", type=int, default=100, help="timing per variant and workload")
     parser.add_argument("--dataset", type=Path, default=ROOT / "dataset")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="FILE",
+        help="go on from a stopped run of this sweep whose lines are in FILE",
+    )
     given = parser.parse_args()
     dataset = load_dataset(given.dataset)
     if given.solution not in dataset.solutions:
@@ -326,9 +369,12 @@ def main() -> None:
         device=given.device,
         limit=given.limit,
         rep_ms=given.rep_ms,
+        resume=given.resume,
     )
     for line in lines:  # one at a time: a sweep cut short by a timeout keeps what it did
         print(json.dumps(line), flush=True)
+        if "stopped" in line:
+            sys.exit(3)
 
 
 if __name__ == "__main__":

@@ -48,10 +48,18 @@ fi
 if [[ $STEPS == *variants* ]]; then  # our kernels' tuning constants, benchmarks/variants.txt
   while read -r solution sets; do
     [[ -z $solution || $solution == \#* || ! $solution =~ ${KERNELS:-.} ]] && continue
-    # shellcheck disable=SC2086  # the --set options, split
-    timeout "${VARIANT_SECONDS:-240}" python3 benchmarks/solution_variants.py "$solution" $sets \
-      >> "$OUT/variants-$solution.jsonl" 2>> "$OUT/variants.log"  # (a solution may have several sweeps)
-    echo "variants $solution exit $?"
+    lines=$OUT/variants-$solution.jsonl  # (a solution may have several sweeps)
+    ends=$((SECONDS + ${VARIANT_SECONDS:-240}))
+    resume=()
+    while :; do  # a variant that loses the CUDA context (exit 3): go on without it
+      # shellcheck disable=SC2086  # the --set options, split
+      timeout $((ends - SECONDS)) python3 benchmarks/solution_variants.py "$solution" $sets \
+        "${resume[@]}" >> "$lines" 2>> "$OUT/variants.log" < /dev/null
+      status=$?
+      echo "variants $solution exit $status"
+      [[ $status == 3 && $((ends - SECONDS)) -gt 15 ]] || break
+      resume=(--resume "$lines")
+    done
   done < benchmarks/variants.txt
 fi
 if [[ $STEPS == *kernels* ]]; then

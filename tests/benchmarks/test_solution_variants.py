@@ -109,3 +109,71 @@ def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path
     assert done.returncode == 0 and "N=2" in done.stdout
     assert "0.707 (0.50-1.00) over 2" in done.stdout
     assert "(G, 2/3 workloads, captured and STAND-IN inputs)" in done.stdout
+
+
+def test_a_sweep_stopped_by_a_lost_context_goes_on_without_the_variant(tmp_path, monkeypatch):
+    # The bias GEMM's torch baseline on its first two dev workloads, with a constant its run
+    # reads: "crash" raises as an illegal address would and "loses the context" (the CPU
+    # has none to lose: patched); a resumed run leaves the crashed variant out, does the
+    # stopped workload again and the next, and a second resume finds nothing left to do
+    from inference_kernels.dataset.layout import load_dataset
+
+    dataset = load_dataset(ROOT / "dataset")
+    name = "torch_dense_gemm_bf16_nt_bias_n384_k384"
+    solution = dataset.solutions[name]
+    run, _ = solution_variants.loaded(solution, dataset.definitions[solution.definition])
+    constants = {"MODE": "plain"}
+    crashes = []
+
+    def variant_run(*arguments):
+        if constants["MODE"] == "crash":
+            crashes.append(True)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return run(*arguments)
+
+    monkeypatch.setattr(solution_variants, "loaded", lambda *_: (variant_run, constants))
+    monkeypatch.setattr(solution_variants, "_context_broken", lambda _: bool(crashes))
+    grid = {"MODE": ["plain", "crash", "other"]}
+    path = tmp_path / "sweep.jsonl"
+
+    def swept():
+        lines = list(
+            solution_variants.sweep(
+                dataset,
+                name,
+                grid,
+                suite="dev",
+                device="cpu",
+                limit=2,
+                rep_ms=1,
+                log=open(os.devnull, "w"),
+                resume=path if path.exists() else None,
+            )
+        )
+        with path.open("a") as handle:
+            handle.writelines(json.dumps(line) + "\n" for line in lines)
+        return lines
+
+    header, stopped = swept()  # the first workload's crash stops it
+    assert header["type"] == "sweep" and stopped["crashed"] == {"MODE": "crash"}
+    assert [v["set"] for v in stopped["variants"]] == [{}, {"MODE": "plain"}, {"MODE": "crash"}]
+    assert solution_variants.resumed(path, name, grid) == (True, set(), [{"MODE": "crash"}])
+    crashes.clear()
+    again, second = swept()  # no header; the stopped workload again, then the next
+    assert again["uuid"] == stopped["uuid"] and second["uuid"] != again["uuid"]
+    for line in (again, second):
+        assert "stopped" not in line and len(line["variants"]) == 3
+        assert {"MODE": "crash"} not in [v["set"] for v in line["variants"]]
+    assert swept() == [] and not crashes  # both workloads done
+    (summary,) = solution_variants.summarized([json.loads(x) for x in path.open()])
+    passed = {json.dumps(row["set"]): row["passed"] for row in summary["variants"]}
+    assert summary["workloads"] == "2/2"
+    assert passed == {
+        "{}": 2,
+        '{"MODE": "plain"}': 2,
+        '{"MODE": "other"}': 2,
+        '{"MODE": "crash"}': 0,
+    }
+    assert summary["variants"][-1]["set"] == {"MODE": "crash"}  # failed: last
+    # another sweep's lines last in the file: a resume of this one starts afresh
+    assert solution_variants.resumed(path, name, {"MODE": ["plain"]})[0] is False
