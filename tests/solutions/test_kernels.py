@@ -129,6 +129,10 @@ QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, 
 QSA_QUERY_VECTORS = (QSA_TIES[0], "--set", "QUERIES=vectors")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
+# every chunk's bytes in one round, the queries a chunk early (LOADS "ahead", the sweep's),
+# last program first (an FP4 byte's nibbles swapped, or the last chunk multiplied by the
+# one before's queries, fails)
+MIXED_MLA_AHEAD = (*MIXED_MLA_PAGES, "--reversed", "--set", "LOADS=ahead")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
 # the tiles found by seven torch kernels (PLAN "torch", as first judged) rather than one
 # Triton program
@@ -189,6 +193,7 @@ FIXED = {
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
+    "test_mixed_mla_with_every_byte_loaded_ahead": MIXED_MLA_AHEAD,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
@@ -499,6 +504,11 @@ def test_mixed_mla_pages_and_empty_requests():
     # FP4 pages and two FP8 ones (a page's scale rows after its data rows), a request with
     # no valid token (zeros), FP8 tokens only, one FP4 token on the last page.
     (case,) = _checked(*MIXED_MLA_PAGES)
+    assert case["verdicts"] == [True], case
+
+
+def test_mixed_mla_with_every_byte_loaded_ahead():
+    (case,) = _checked(*MIXED_MLA_AHEAD)
     assert case["verdicts"] == [True], case
 
 
