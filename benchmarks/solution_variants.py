@@ -37,6 +37,7 @@ import gzip
 import itertools
 import json
 import math
+import os
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -134,16 +135,17 @@ def _time_us(call, device: str, rep_ms: int) -> float | None:
     return 1000.0 * do_bench_cudagraph(call, rep=rep_ms, return_mode="median")
 
 
-def resumed(path: Path, solution: str, grid: dict) -> tuple[bool, set[str], list[dict]]:
-    """What ``path`` holds of a sweep of ``solution`` over ``grid`` as its last sweep:
-    whether it is there (its header), the workloads it finished (uuids) and the variants
-    that lost the CUDA context."""
+def resumed(path: Path, header: dict) -> tuple[bool, set[str], list[dict]]:
+    """What ``path`` holds of the sweep whose header is ``header`` (its solution, grid,
+    suite, device and count of workloads), as its last sweep: whether it is there, the
+    workloads it finished (uuids) and the variants that lost the CUDA context."""
     lines = _read_lines(path) if path.exists() else []
     starts = [at for at, line in enumerate(lines) if line["type"] == "sweep"]
     if not starts:
         return False, set(), []
-    header, after = lines[starts[-1]], lines[starts[-1] + 1 :]
-    if header["solution"] != solution or header["grid"] != grid:
+    last, after = lines[starts[-1]], lines[starts[-1] + 1 :]
+    same = ("solution", "grid", "suite", "device", "workloads")
+    if any(last.get(key) != header[key] for key in same):
         return False, set(), []
     done = {line["uuid"] for line in after if "stopped" not in line}
     return True, done, [line["crashed"] for line in after if "crashed" in line]
@@ -184,12 +186,14 @@ def sweep(
     original = {name: constants[name] for name in grid}
     dps = solution.spec.destination_passing_style
     workloads = [w for _, w in select(dataset, [solution.definition], suite)][:limit]
-    going_on, done, crashed = resumed(resume, solution_name, grid) if resume else (False, set(), [])
-    tried = [variant for variant in variants(grid) if variant not in crashed]
     header = {"type": "sweep", "solution": solution_name, "device": device, "suite": suite}
     header.update(grid={k: v for k, v in grid.items()}, workloads=len(workloads))
     if device != "cpu":
         header["gpu"] = torch.cuda.get_device_name(device)
+    going_on, done, crashed = resumed(resume, header) if resume else (False, set(), [])
+    tried = [variant for variant in variants(grid) if variant not in crashed]
+    if not tried:
+        return  # every variant lost the context
     if not going_on:
         yield header
     for index, workload in enumerate(workloads):
@@ -373,8 +377,9 @@ def main() -> None:
     )
     for line in lines:  # one at a time: a sweep cut short by a timeout keeps what it did
         print(json.dumps(line), flush=True)
-        if "stopped" in line:
-            sys.exit(3)
+        if "stopped" in line:  # (no teardown in a lost context: it might abort instead)
+            sys.stderr.flush()
+            os._exit(3)
 
 
 if __name__ == "__main__":

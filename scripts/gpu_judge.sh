@@ -54,7 +54,7 @@ if [[ $STEPS == *variants* ]]; then  # our kernels' tuning constants, benchmarks
     while :; do  # a variant that loses the CUDA context (exit 3): go on without it
       # shellcheck disable=SC2086  # the --set options, split
       timeout $((ends - SECONDS)) python3 benchmarks/solution_variants.py "$solution" $sets \
-        "${resume[@]}" >> "$lines" 2>> "$OUT/variants.log" < /dev/null
+        ${resume[@]+"${resume[@]}"} >> "$lines" 2>> "$OUT/variants.log" < /dev/null
       status=$?
       echo "variants $solution exit $status"
       [[ $status == 3 && $((ends - SECONDS)) -gt 15 ]] || break

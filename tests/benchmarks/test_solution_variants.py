@@ -3,6 +3,7 @@ checked against the reference before it is timed. Here on the CPU, in Triton's
 interpreter (in a process of its own: Triton reads TRITON_INTERPRET when it is imported),
 so without times, on the QSA index kernel's smallest workload (a row of 32 blocks)."""
 
+import io
 import json
 import os
 import subprocess
@@ -146,7 +147,7 @@ def test_a_sweep_stopped_by_a_lost_context_goes_on_without_the_variant(tmp_path,
                 device="cpu",
                 limit=2,
                 rep_ms=1,
-                log=open(os.devnull, "w"),
+                log=io.StringIO(),
                 resume=path if path.exists() else None,
             )
         )
@@ -157,7 +158,7 @@ def test_a_sweep_stopped_by_a_lost_context_goes_on_without_the_variant(tmp_path,
     header, stopped = swept()  # the first workload's crash stops it
     assert header["type"] == "sweep" and stopped["crashed"] == {"MODE": "crash"}
     assert [v["set"] for v in stopped["variants"]] == [{}, {"MODE": "plain"}, {"MODE": "crash"}]
-    assert solution_variants.resumed(path, name, grid) == (True, set(), [{"MODE": "crash"}])
+    assert solution_variants.resumed(path, header) == (True, set(), [{"MODE": "crash"}])
     crashes.clear()
     again, second = swept()  # no header; the stopped workload again, then the next
     assert again["uuid"] == stopped["uuid"] and second["uuid"] != again["uuid"]
@@ -175,5 +176,6 @@ def test_a_sweep_stopped_by_a_lost_context_goes_on_without_the_variant(tmp_path,
         '{"MODE": "crash"}': 0,
     }
     assert summary["variants"][-1]["set"] == {"MODE": "crash"}  # failed: last
-    # another sweep's lines last in the file: a resume of this one starts afresh
-    assert solution_variants.resumed(path, name, {"MODE": ["plain"]})[0] is False
+    # a sweep of another grid, or of other workloads, is not this one's to go on from
+    assert solution_variants.resumed(path, {**header, "grid": {"MODE": ["plain"]}})[0] is False
+    assert solution_variants.resumed(path, {**header, "workloads": 3})[0] is False

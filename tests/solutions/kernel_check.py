@@ -56,13 +56,20 @@ def run_programs_reversed() -> None:
 
 
 def check_bounds() -> None:
-    """Every load, store and atomic the interpreter runs, checked to stay inside one of its
-    kernel's tensor arguments (each tensor's own elements: a view's span, not its storage's):
-    an unmasked lane's address outside every one raises, naming the access and how far out
-    it is. On a GPU such an access is undefined (an illegal address at best); the
-    interpreter would read or write the host's memory there without a word."""
+    """Every load, store and atomic the interpreter runs, checked to stay inside the span of
+    one of its kernel's tensor arguments (from a tensor's first element to its last; in
+    tuples, reinterpreted tensors and descriptors too): an unmasked lane's address outside
+    every span raises, naming the access and where it fell. On a GPU such an access is
+    undefined (an illegal address at best); the interpreter would read or write the host's
+    memory there without a word. What it cannot see: an access into the gaps of a
+    non-contiguous view (inside its span), or an overrun that lands in another argument
+    (adjacent on the host's heap, or another view of the same storage)."""
+    import inspect
+
     import numpy as np
     from triton.runtime import interpreter
+    from triton.runtime.jit import TensorWrapper
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     spans: list[np.ndarray] = []  # [starts, ends] of the kernel's tensors, merged
 
@@ -71,10 +78,21 @@ def check_bounds() -> None:
     def init_and_record(self, args_dev, kwargs):
         args_hst, kwargs_hst = init(self, args_dev, kwargs)
         found = []
-        for arg in [*args_hst, *kwargs_hst.values()]:
-            if isinstance(arg, torch.Tensor) and arg.numel():
+
+        def record(arg):
+            if isinstance(arg, tuple):
+                for item in arg:
+                    record(item)
+            elif isinstance(arg, TensorDescriptor):
+                record(arg.base)
+            elif isinstance(arg, TensorWrapper):
+                record(arg.base)
+            elif isinstance(arg, torch.Tensor) and arg.numel():
                 last = sum((n - 1) * step for n, step in zip(arg.shape, arg.stride(), strict=True))
                 found.append((arg.data_ptr(), arg.data_ptr() + (last + 1) * arg.element_size()))
+
+        for arg in [*args_hst, *kwargs_hst.values()]:
+            record(arg)
         merged: list[list[int]] = []
         for start, end in sorted(found):
             if merged and start <= merged[-1][1]:
@@ -85,14 +103,18 @@ def check_bounds() -> None:
         return args_hst, kwargs_hst
 
     def checked(method, pointers_at: int, mask_at: int | None):
-        def run(self, *args):
-            ptrs = args[pointers_at]
-            mask = args[mask_at].data if mask_at is not None else True
+        names = list(inspect.signature(method).parameters)[1:]
+
+        def run(self, *args, **kwargs):
+            bound = dict(zip(names, args, strict=False)) | kwargs  # (fewer given: defaults)
+            ptrs = bound[names[pointers_at]]
+            mask = bound[names[mask_at]].data if mask_at is not None else True
             addresses = ptrs.data[np.broadcast_to(mask, ptrs.data.shape)].astype(np.uint64)
             size = interpreter._get_np_dtype(ptrs.get_element_ty()).itemsize
             table = spans[0] if spans else np.zeros((0, 2), np.uint64)
             at = np.searchsorted(table[:, 0], addresses, side="right").astype(np.int64) - 1
-            inside = (at >= 0) & (addresses + np.uint64(size) <= table[np.maximum(at, 0), 1])
+            ends = table[np.maximum(at, 0), 1] if len(table) else np.zeros_like(addresses)
+            inside = (at >= 0) & (addresses + np.uint64(size) <= ends)
             if not inside.all():
                 bad = int(addresses[~inside][0])
                 start, end = min(
@@ -105,7 +127,7 @@ def check_bounds() -> None:
                     f"outside every tensor argument of the kernel, the first at byte "
                     f"{bad - start} of the nearest, a {end - start}-byte tensor"
                 )
-            return method(self, *args)
+            return method(self, *args, **kwargs)
 
         return run
 

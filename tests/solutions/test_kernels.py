@@ -96,7 +96,7 @@ GDN_FULL = (*GDN_CHUNKS, "--set", "SOLVE=full")
 # (kernel_check's bounds check fails a load past the last sequence's end, outside the tensor)
 GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set", "SHORT_ROWS=32")
 # the same with the key, query and value loaded into the state's layout (SHORT_LOADS "rows",
-# the sweep's: each row's value in its column 0; a load of column 1 fails both outputs)
+# swept and not taken: each row's value in its column 0; a load of column 1 fails both)
 GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 # the same in the chunked kernels (the dev workloads the interpreter can take are short)
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
@@ -148,7 +148,7 @@ GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
 # first: the partials summed by the tile's last, the counter set back for the next call
 GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
-# The router's decode in one kernel (DECODE "fused", the sweep's), last program first: the
+# The router's decode in one kernel (DECODE "fused", swept, not taken), last program first: the
 # default pair (M 1 twice, on one counter) and M 3 (three tokens selected by the last program)
 ROUTER_FUSED = (
     "triton_moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
@@ -262,8 +262,9 @@ def _run(arguments: tuple[str, ...]) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# A copy kernel under kernel_check's bounds check: in bounds, with its masked-off lanes
-# past the end, and one element past the end (a load, then a store): the last two raise
+# Kernels under kernel_check's bounds check: a copy in bounds, with its masked-off lanes past
+# the end, through a tuple of tensors, and one element past the end (a load, a store, a load
+# with the arguments by name); a scalar load and an atomic one element past the end
 BOUNDS_PROBE = """
 import json
 import torch, triton, triton.language as tl
@@ -275,11 +276,35 @@ def copy(src, dst, n, load_past, store_past, BLOCK: tl.constexpr):
     value = tl.load(src + at + load_past, mask=at < n, other=0.0)
     tl.store(dst + at + store_past, value, mask=at < n)
 
+@triton.jit
+def copy_pair(pair, BLOCK: tl.constexpr):
+    at = tl.arange(0, BLOCK)
+    tl.store(pair[1] + at, tl.load(pair[0] + at))
+
+@triton.jit
+def one(src, dst, at):
+    tl.store(dst, tl.load(src + at))
+
+@triton.jit
+def count(dst, at):
+    tl.atomic_add(dst + at, 1.0)
+
 check_bounds()
+src, dst = torch.arange(8.0), torch.zeros(8)
+launches = [
+    lambda: copy[(1,)](src, dst, 8, 0, 0, BLOCK=16),
+    lambda: copy[(1,)](src, dst, 7, 1, 1, BLOCK=16),
+    lambda: copy_pair[(1,)]((src, dst), BLOCK=8),
+    lambda: copy[(1,)](src, dst, 8, 1, 0, BLOCK=16),
+    lambda: copy[(1,)](src, dst, 8, 0, 1, BLOCK=16),
+    lambda: copy[(1,)](src=src, dst=dst, n=8, load_past=1, store_past=0, BLOCK=16),
+    lambda: one[(1,)](src, dst, 8),
+    lambda: count[(1,)](dst, 8),
+]
 found = []
-for n, load_past, store_past in ((8, 0, 0), (7, 1, 1), (8, 1, 0), (8, 0, 1)):
+for launch in launches:
     try:
-        copy[(1,)](torch.arange(8.0), torch.zeros(8), n, load_past, store_past, BLOCK=16)
+        launch()
         found.append("ok")
     except Exception as error:
         found.append(str(error))
@@ -300,11 +325,14 @@ def test_the_interpreter_checks_every_access_stays_in_a_tensor():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found[:2] == ["ok", "ok"], found
-    load, store = found[2:]
+    assert found[:3] == ["ok", "ok", "ok"], found
+    load, store, named, scalar, atomic = found[3:]
     assert "create_masked_load: 1 of 8 addresses outside every tensor argument" in load, load
     assert "the first at byte 32 of the nearest, a 32-byte tensor" in load, load
     assert "create_masked_store: 1 of 8 addresses outside every tensor argument" in store, store
+    assert "create_masked_load: 1 of 8 addresses outside" in named, named
+    assert "create_masked_load: 1 of 1 addresses outside" in scalar, scalar
+    assert "create_atomic_rmw: 1 of 1 addresses outside" in atomic, atomic
 
 
 def _solution_module(name: str, folder: Path):
