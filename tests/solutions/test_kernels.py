@@ -249,14 +249,16 @@ def _checked(*arguments: str) -> list[dict]:
 
 
 def _run(arguments: tuple[str, ...]) -> list[dict]:
+    return _interpreted(str(HERE / "kernel_check.py"), *arguments)
+
+
+def _interpreted(*arguments: str) -> list:
+    """The last line of Python's output given ``arguments`` (a script or -c code), as JSON:
+    in Triton's interpreter, with this folder importable."""
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     environment["PYTHONPATH"] = os.pathsep.join([str(HERE), environment.get("PYTHONPATH", "")])
     done = subprocess.run(
-        [sys.executable, str(HERE / "kernel_check.py"), *arguments],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=600,
+        [sys.executable, *arguments], capture_output=True, text=True, env=environment, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -314,17 +316,7 @@ print(json.dumps(found))
 
 def test_the_interpreter_checks_every_access_stays_in_a_tensor():
     pytest.importorskip("triton")
-    environment = {**os.environ, "TRITON_INTERPRET": "1"}
-    environment["PYTHONPATH"] = os.pathsep.join([str(HERE), environment.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-c", BOUNDS_PROBE],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = _interpreted("-c", BOUNDS_PROBE)
     assert found[:3] == ["ok", "ok", "ok"], found
     load, store, named, scalar, atomic = found[3:]
     assert "create_masked_load: 1 of 8 addresses outside every tensor argument" in load, load
