@@ -1,20 +1,11 @@
-"""The acceptance run on the CPU: every definition's smallest workload, end to end."""
-
-from inference_kernels.dataset.selection import select
-from inference_kernels.materialize.reference_runs import run_case
+"""The acceptance run on the CPU: every definition's smallest workload, end to end (run in
+the first suite's pass, conftest.py)."""
 
 
-def test_smallest_workload_of_every_definition_runs_its_reference_on_the_cpu(bundled):
-    cases = select(bundled, suite="first")
-    assert len(cases) == 25
-    for definition, workload in cases:
-        run = run_case(
-            definition,
-            workload,
-            data_root=bundled.root,
-            device="cpu",
-            capture=bundled.captures.get(workload.uuid),
-        )
+def test_smallest_workload_of_every_definition_runs_its_reference_on_the_cpu(first_suite):
+    assert len(first_suite) == 25
+    for case in first_suite:
+        definition, run = case.definition, case.reference
         assert run.status == "passed", (definition.name, run.problems)
         captured = definition.name.startswith("dense_gemm_bf16_nt_bias")
         captured = captured or definition.name == "noncausal_dense_attention_h12_d32"
