@@ -15,7 +15,8 @@
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
 #     rest, 60 s a line); new: the grouped GEMM n4608's lines (its SCALES "group", shipped
 #     from n5120's sweep by the source they share, and its tiles, never yet swept), the
-#     chunked GDN prefill's PREPARE_WARPS and the mixed MLA decode's LOADS "ahead"
+#     chunked GDN prefill's PREPARE_WARPS, the mixed MLA decode's LOADS "ahead" and the GDN
+#     decode's rows and warps (one warp a program, as fla-core's)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
 #     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
 # LIST=1 runs nothing and prints a line a part: its name, then "kernels KERNELS SOLUTIONS"
@@ -37,8 +38,8 @@ declare -A SOLUTIONS_OF=(
 )
 declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='n4608|bias_n384_k1536|chunked_gdn|mixed_mla'
-  [new]='n4608|chunked_gdn|mixed_mla'
+  [v1]='n4608|bias_n384_k1536|chunked_gdn|mixed_mla|gdn_decode'
+  [new]='n4608|chunked_gdn|mixed_mla|gdn_decode'
   [v2]='prefix|dense_attention|bias_n1536|bias_n384_k384|k128|neighborhood_attention_3d_h(8|16)_'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60 [new]=90)

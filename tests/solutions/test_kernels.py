@@ -121,6 +121,8 @@ WRONG_SCALE = ("triton_gdn_decode_qk4_v8_d128_k_last", "--wrong-scale")
 GDN_DECODE_ROWS = (WRONG_SCALE[0], "--uuid", "d38dde79-79f9-4c2d-8bbe-05ee1be48583")
 # the same pair with them loaded as vectors and moved into that layout (as first judged)
 GDN_DECODE_VECTORS = (WRONG_SCALE[0], "--set", "LOADS=vectors")
+# B 32 in 8 rows a program (BLOCK_V_MANY 8, the sweep's, with one warp on a GPU)
+GDN_DECODE_EIGHT_ROWS = (*GDN_DECODE_ROWS, "--set", "BLOCK_V_MANY=8")
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
 # each head's query loaded as a vector and moved into the keys' layout (QUERIES "vectors", as
@@ -457,6 +459,8 @@ def test_a_wrong_kernel_fails_the_same_check():
 def test_gdn_decode_in_the_states_layout():
     (case,) = _checked(*GDN_DECODE_ROWS)
     assert case["axes"] == {"batch_size": 32}
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+    (case,) = _checked(*GDN_DECODE_EIGHT_ROWS)
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
     found = _checked(*GDN_DECODE_VECTORS)
     assert [case["axes"] for case in found] == [{"batch_size": 1}] * 2, found
