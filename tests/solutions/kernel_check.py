@@ -71,7 +71,7 @@ def check_bounds() -> None:
     from triton.runtime.jit import TensorWrapper
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    spans: list[np.ndarray] = []  # [starts, ends] of the kernel's tensors, merged
+    spans = [np.zeros((0, 2), np.uint64)]  # [starts, ends] of the kernel's tensors, merged
 
     init = interpreter.GridExecutor._init_args_hst
 
@@ -83,9 +83,7 @@ def check_bounds() -> None:
             if isinstance(arg, tuple):
                 for item in arg:
                     record(item)
-            elif isinstance(arg, TensorDescriptor):
-                record(arg.base)
-            elif isinstance(arg, TensorWrapper):
+            elif isinstance(arg, (TensorDescriptor, TensorWrapper)):
                 record(arg.base)
             elif isinstance(arg, torch.Tensor) and arg.numel():
                 last = sum((n - 1) * step for n, step in zip(arg.shape, arg.stride(), strict=True))
@@ -102,16 +100,16 @@ def check_bounds() -> None:
         spans[:] = [np.array(merged, dtype=np.uint64).reshape(-1, 2)]
         return args_hst, kwargs_hst
 
-    def checked(method, pointers_at: int, mask_at: int | None):
+    def checked(method, pointers: str, mask: str | None):
         names = list(inspect.signature(method).parameters)[1:]
 
         def run(self, *args, **kwargs):
             bound = dict(zip(names, args, strict=False)) | kwargs  # (fewer given: defaults)
-            ptrs = bound[names[pointers_at]]
-            mask = bound[names[mask_at]].data if mask_at is not None else True
-            addresses = ptrs.data[np.broadcast_to(mask, ptrs.data.shape)].astype(np.uint64)
+            ptrs = bound[pointers]
+            lanes = bound[mask].data if mask is not None else True
+            addresses = ptrs.data[np.broadcast_to(lanes, ptrs.data.shape)].astype(np.uint64)
             size = interpreter._get_np_dtype(ptrs.get_element_ty()).itemsize
-            table = spans[0] if spans else np.zeros((0, 2), np.uint64)
+            table = spans[0]
             at = np.searchsorted(table[:, 0], addresses, side="right").astype(np.int64) - 1
             ends = table[np.maximum(at, 0), 1] if len(table) else np.zeros_like(addresses)
             inside = (at >= 0) & (addresses + np.uint64(size) <= ends)
@@ -133,13 +131,13 @@ def check_bounds() -> None:
 
     builder = type(interpreter.interpreter_builder)
     interpreter.GridExecutor._init_args_hst = init_and_record
-    for name, pointers_at, mask_at in (  # (the methods' arguments after self)
-        ("create_masked_load", 0, 1),
-        ("create_masked_store", 0, 2),
-        ("create_atomic_rmw", 1, 3),
-        ("create_atomic_cas", 0, None),
+    for name, pointers, mask in (  # (the methods' own argument names)
+        ("create_masked_load", "ptrs", "mask"),
+        ("create_masked_store", "ptrs", "mask"),
+        ("create_atomic_rmw", "ptr", "mask"),
+        ("create_atomic_cas", "ptr", None),
     ):
-        setattr(builder, name, checked(getattr(builder, name), pointers_at, mask_at))
+        setattr(builder, name, checked(getattr(builder, name), pointers, mask))
 
 
 def cases(name: str):
