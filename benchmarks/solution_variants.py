@@ -49,7 +49,7 @@ from inference_kernels.dataset.layout import load_dataset
 from inference_kernels.dataset.selection import select
 from inference_kernels.judge.loader import load_package, module_constants, write_package
 from inference_kernels.materialize.inputs import materialize
-from inference_kernels.materialize.references import accepted, run_reference
+from inference_kernels.materialize.references import rejections, run_reference
 from inference_kernels.report.tables import inputs_label
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,13 +221,14 @@ def sweep(
                 produced = outputs if dps else _listed(call())
                 if dps:
                     call()
-                entry["passed"] = all(accepted(definition, tolerance, inputs, produced, expected))
-                if entry["passed"] and device != "cpu":  # and on a graph replay's outputs
+                why = rejections(definition, tolerance, inputs, produced, expected)
+                if not any(why) and device != "cpu":  # and on a graph replay's outputs
                     replayed = _graph_replay_outputs(call, outputs if dps else None)
-                    entry["passed"] = all(
-                        accepted(definition, tolerance, inputs, replayed, expected)
-                    )
+                    why = rejections(definition, tolerance, inputs, replayed, expected)
                     entry["graph_checked"] = True
+                entry["passed"] = not any(why)
+                if any(why):  # the first rejected output's reason, for whoever reads the sweep
+                    entry["error"] = next(w for w in why if w)[:300]
                 if entry["passed"]:
                     entry["us"] = _time_us(call, device, rep_ms)
             except Exception as error:  # noqa: BLE001 - a variant that does not run is reported
@@ -278,6 +279,8 @@ def summarized(lines: list[dict]) -> list[dict]:
                     json.dumps(variant["set"]), {"set": variant["set"], "passed": 0, "ratios": []}
                 )
                 row["passed"] += bool(variant["passed"])
+                if not variant["passed"] and variant.get("error"):
+                    row.setdefault("first_error", variant["error"])
                 if variant.get("us") and base is not None and base.get("us"):
                     row["ratios"].append(variant["us"] / base["us"])
         rows = []
@@ -331,6 +334,8 @@ def print_summary(paths: list[Path], as_json: bool) -> None:
             else:
                 ratio = "-"
             print(f"  {setting:<44} passed {row['passed']:>2}  time / as it was {ratio}")
+            if "first_error" in row:
+                print(f"  {'':<44} first failure: {row['first_error']}")
 
 
 def main() -> None:

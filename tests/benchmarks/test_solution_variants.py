@@ -44,6 +44,12 @@ def test_a_variant_that_writes_half_its_output_fails():
     }, workload
     assert workload["inputs"] == "stand-in"
     assert all(v.get("us") is None for v in workload["variants"])  # no time on the CPU
+    # a failed variant says why, as the judge's verdict would: 256 of 512 slots differ
+    failed = next(v for v in workload["variants"] if not v["passed"])
+    assert failed["error"] == (
+        "mismatch: 256/512 elements differ (exact) (0 ambiguous rows left out)"
+    ), failed
+    assert all("error" not in v for v in workload["variants"] if v["passed"])
 
 
 def test_settings_and_an_unknown_constant():
@@ -82,7 +88,8 @@ def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path
             "variants": [
                 {"set": {}, "passed": True, "us": base},
                 {"set": {"N": 2}, "passed": True, "us": fast},
-                {"set": {"N": 4}, "passed": wide_passed, "us": 1.0 if wide_passed else None},
+                {"set": {"N": 4}, "passed": wide_passed, "us": 1.0 if wide_passed else None}
+                | ({} if wide_passed else {"error": "mismatch: 3/9 elements differ"}),
             ],
         }
 
@@ -102,12 +109,14 @@ def test_a_summary_gives_each_variants_time_over_the_solution_as_it_was(tmp_path
     assert (fast["least"], fast["most"]) == (0.5, 1.0)
     assert base["over_as_it_was"] == 1.0
     assert wide["passed"] == 1 and wide["over_as_it_was"] == pytest.approx(0.1)
+    assert wide["first_error"] == "mismatch: 3/9 elements differ" and "first_error" not in fast
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks/solution_variants.py"), "--summarize", str(path)],
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0 and "N=2" in done.stdout
+    assert "first failure: mismatch: 3/9 elements differ" in done.stdout
     assert "0.707 (0.50-1.00) over 2" in done.stdout
     assert "(G, 2/3 workloads, captured and STAND-IN inputs)" in done.stdout
 

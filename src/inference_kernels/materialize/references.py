@@ -151,26 +151,31 @@ def rejected_rows(
     return marked & ~accepted
 
 
-def accepted(
+def rejections(
     definition: Definition,
     tolerance: Tolerance,
     inputs: list[Any],
     produced: list[Any],
     expected: list[Any],
-) -> list[bool]:
-    """Each produced output's acceptance against its reference outputs ``expected`` on
-    ``inputs``, as the referee holds a call to it (judge/referee.py, without its messages):
-    the task's ambiguous rows left out of the element-wise comparison, then held to its
-    accept function, which fails every output it names when it rejects a row."""
+) -> list[str]:
+    """Why each produced output is rejected against its reference outputs ``expected`` on
+    ``inputs`` ("" where it is accepted), as the referee holds a call to it
+    (judge/referee.py): the task's ambiguous rows left out of the element-wise comparison,
+    then held to its accept function, which rejects every output it names when it rejects
+    a row."""
     rows = ambiguous_rows(definition, tolerance, inputs, expected)
     named = tolerance.ambiguity.outputs if tolerance.ambiguity else []
-    passed = [
-        compare(value, wanted, tolerance, rows if name in named else None).passed
+    verdicts = [
+        compare(value, wanted, tolerance, rows if name in named else None)
         for name, value, wanted in zip(definition.outputs, produced, expected, strict=True)
     ]
-    if rows is not None and bool(rows.any()) and all(passed):
+    why = ["" if v.passed else f"{v.status}: {v.message}" for v in verdicts]
+    if rows is not None and bool(rows.any()) and not any(why):
         rejected = rejected_rows(definition, tolerance, inputs, produced, rows)
         if rejected is not None and bool(rejected.any()):
-            names = definition.outputs
-            passed = [ok and n not in named for n, ok in zip(names, passed, strict=True)]
-    return passed
+            count = int(rejected.sum())
+            why = [
+                f"the task's accept function rejects {count} ambiguous rows" if n in named else ""
+                for n in definition.outputs
+            ]
+    return why
