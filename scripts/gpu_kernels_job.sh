@@ -13,10 +13,10 @@
 #     CUPTI kernel durations, one more eager sample: about 3 s a case on the H200), where a
 #     call's time goes among its kernels; diagnostic rows, for no table
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
-#     rest, 60 s a line); new: the grouped GEMM n4608's lines (its SCALES "group", shipped
-#     from n5120's sweep by the source they share, and its tiles, never yet swept), the
-#     chunked GDN prefill's PREPARE_WARPS, the mixed MLA decode's LOADS "ahead" and the GDN
-#     decode's rows and warps (one warp a program, as fla-core's)
+#     rest, 60 s a line); new: the lines never yet swept, the mixed MLA decode's LOADS
+#     "masked" (every load before the first product, no branch) and the QSA index's STOP
+#     "settled" (its radix selection stopped once T's bucket holds the keys still wanted),
+#     the sparse MLA prefills' BLOCK_T (k128's other lines with it)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
 #     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
 # LIST=1 runs nothing and prints a line a part: its name, then "kernels KERNELS SOLUTIONS"
@@ -38,8 +38,8 @@ declare -A SOLUTIONS_OF=(
 )
 declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='n4608|bias_n384_k1536|chunked_gdn|mixed_mla|gdn_decode'
-  [new]='n4608|chunked_gdn|mixed_mla|gdn_decode'
+  [v1]='bias_n384_k1536|mixed_mla|qsa_index|k640'
+  [new]='mixed_mla|qsa_index|sparse_mla'
   [v2]='prefix|dense_attention|bias_n1536|bias_n384_k384|k128|neighborhood_attention_3d_h(8|16)_'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60 [new]=90)

@@ -244,8 +244,9 @@ def block_causal_edges() -> list:
 def mixed_mla_edges() -> list:
     """Five requests over caches of several pages (the stand-ins small enough for the
     interpreter have one page of each): no valid token (zeros); FP8 tokens only; one FP4
-    token on the last page; both caches across every page with padding in between (where
-    the FP8 keys, scaled up to 2^4, take nearly all the weight); FP4 tokens only, all 512
+    token on the last page; both caches across every page with padding in between (-1, one
+    past the cache and further, as the reference takes them; where the FP8 keys, scaled up
+    to 2^4, take nearly all the weight); FP4 tokens only, all 512
     positions but a run of padding, so that every FP4 split counts."""
     g = torch.Generator().manual_seed(8)
     n8, p8, n4, p4 = 2, 256, 5, 128
@@ -269,6 +270,8 @@ def mixed_mla_edges() -> list:
     ids4[3, 0] = torch.randperm(n4 * p4, generator=g)[:512].to(torch.int32)
     ids8[3, 0, 40:50] = -1
     ids4[3, 0, 100:300:3] = -1
+    ids8[3, 0, 60:62] = torch.tensor([n8 * p8, n8 * p8 + 1000])  # past the cache: padding too
+    ids4[3, 0, 301:303] = torch.tensor([n4 * p4, 2**31 - 1])
     ids4[4, 0] = torch.randperm(n4 * p4, generator=g)[:512].to(torch.int32)
     ids4[4, 0, 200:260] = -1
     Q = torch.randn(5, 1, 64, 512, generator=g).bfloat16()
