@@ -16,7 +16,10 @@
 #     rest, 60 s a line); new: the lines never yet swept, the mixed MLA decode's LOADS
 #     "masked" (every load before the first product, no branch) and the QSA index's STOP
 #     "settled" (its radix selection stopped once T's bucket holds the keys still wanted),
-#     the sparse MLA prefills' BLOCK_T (k128's other lines with it)
+#     the sparse MLA prefills' BLOCK_T (k128's other lines with it), the chunked GDN
+#     prefill's SOLVE "nested" (3 substitution steps rather than 15, a merge more), the
+#     3x7x7 neighborhood attention's QUERIES (boxes of 16 or 32 queries; h32's line, whose
+#     source h16 shares: 3x5x5's line is in v2)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
 #     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
 # LIST=1 runs nothing and prints a line a part: its name, then "kernels KERNELS SOLUTIONS"
@@ -38,8 +41,8 @@ declare -A SOLUTIONS_OF=(
 )
 declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='bias_n384_k1536|mixed_mla|qsa_index|k640'
-  [new]='mixed_mla|qsa_index|sparse_mla'
+  [v1]='bias_n384_k1536|mixed_mla|qsa_index|k640|chunked_gdn|neighborhood_attention_3d_h32_'
+  [new]='mixed_mla|qsa_index|sparse_mla|chunked_gdn|neighborhood_attention_3d_h32_'
   [v2]='prefix|dense_attention|bias_n1536|bias_n384_k384|k128|neighborhood_attention_3d_h(8|16)_'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60 [new]=90)

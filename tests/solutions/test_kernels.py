@@ -90,6 +90,9 @@ GDN_CHUNKS = (
 # the same, each chunk's diagonal blocks of (I + A)^-1 solved on the chunk's [64, 64], the
 # other blocks masked (SOLVE "full", as first judged) rather than on [4, 16, 16]
 GDN_FULL = (*GDN_CHUNKS, "--set", "SOLVE=full")
+# the same, the substitution on [4, 4] blocks and each [16, 16] block merged from its four
+# (SOLVE "nested", the sweep's; merging across the [16, 16] blocks' bounds fails both)
+GDN_NESTED = (*GDN_CHUNKS, "--set", "SOLVE=nested")
 # Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without: 17 tokens, taken
 # token by token (SHORT_TOKENS; here 32 state rows a program, for fewer programs in the
 # interpreter); its loads past a sequence's end are clamped to the sequence's last token
@@ -135,6 +138,10 @@ QSA_QUERY_VECTORS = (QSA_TIES[0], "--set", "QUERIES=vectors")
 QSA_SETTLED = (QSA_TIES[0], "--set", "STOP=settled")
 QSA_TIES_SETTLED = (*QSA_TIES_RELOADED, "--set", "STOP=settled")
 BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--edges")
+# the 3x5x5 neighborhood attention's fabricated shape in boxes of 32 and of 16 queries
+# (QUERIES, the sweep's: more boxes, each partly outside Y and X, smaller key boxes)
+NA_BOXES = ("triton_neighborhood_attention_3d_h8_d64_kt3_ky5_kx5", "--axes", "B=1,T=5,Y=9,X=11")
+NA_BOXES_32, NA_BOXES_16 = ((*NA_BOXES, "--set", f"QUERIES={n}") for n in (32, 16))
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
 # no branch: both caches' ids and every chunk's bytes of both formats loaded, each masked to
 # the split's own cache (LOADS "masked", the sweep's), last program first (the next chunk's
@@ -189,6 +196,7 @@ FIXED = {
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
     "test_the_chunked_gdn_solves_its_diagonal_blocks_on_the_whole_tile": GDN_FULL,
+    "test_the_chunked_gdn_merges_its_diagonal_blocks_from_smaller_ones": GDN_NESTED,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
@@ -201,6 +209,8 @@ FIXED = {
     "test_qsa_index_stops_once_settled": QSA_SETTLED,
     "test_qsa_index_ties_settled_with_its_keys_reloaded": QSA_TIES_SETTLED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
+    "test_neighborhood_attention_in_boxes_of_32_queries": NA_BOXES_32,
+    "test_neighborhood_attention_in_boxes_of_16_queries": NA_BOXES_16,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
     "test_mixed_mla_with_both_caches_loaded_masked": MIXED_MLA_MASKED,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
@@ -387,6 +397,12 @@ def test_the_chunked_gdn_solves_its_diagonal_blocks_on_the_whole_tile():
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
 
+def test_the_chunked_gdn_merges_its_diagonal_blocks_from_smaller_ones():
+    (case,) = _checked(*GDN_NESTED)
+    assert case["axes"]["total_seq_len"] == 239
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+
+
 def test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences():
     assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES)] == [[True, True]] * 2
 
@@ -530,6 +546,20 @@ def test_qsa_index_stops_once_settled():
 def test_qsa_index_ties_settled_with_its_keys_reloaded():
     found = _checked(*QSA_TIES_SETTLED)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
+
+
+def _na_boxes(arguments):
+    (case,) = _checked(*arguments)
+    assert case["axes"] == {"B": 1, "T": 5, "Y": 9, "X": 11}, case
+    assert case["verdicts"] == [True] and case["inputs_unchanged"], case
+
+
+def test_neighborhood_attention_in_boxes_of_32_queries():
+    _na_boxes(NA_BOXES_32)
+
+
+def test_neighborhood_attention_in_boxes_of_16_queries():
+    _na_boxes(NA_BOXES_16)
 
 
 def test_block_causal_image_blocks_across_tiles():
