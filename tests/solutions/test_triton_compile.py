@@ -47,11 +47,12 @@ def test_a_kernel_that_does_not_compile_is_named(tool):
     # over a segment's chunks (the KEYS = "reload" path, as first judged).
     solution = DATASET_INDEX.solutions[QSA]
     source = solution.sources[0].content
-    before = "                counted = tl.zeros((BINS,), tl.int32)\n"
-    loop_body = "                    counted += _digit_counts("
+    outer, inner = " " * 20, " " * 24  # (the pass's body, the chunks' loop body)
+    before = f"\n{outer}counted = tl.zeros((BINS,), tl.int32)\n"
+    loop_body = f"\n{inner}counted += _digit_counts("
     assert source.count(before) == 1 and source.count(loop_body) == 1
-    broken = source.replace(before, before + "                digit = tl.zeros((), tl.int32)\n")
-    broken = broken.replace(loop_body, "                    digit = key.to(tl.int32)\n" + loop_body)
+    broken = source.replace(before, f"{before}{outer}digit = tl.zeros((), tl.int32)\n")
+    broken = broken.replace(loop_body, f"\n{inner}digit = key.to(tl.int32){loop_body}")
     changed = solution.model_copy(
         update={"sources": [solution.sources[0].model_copy(update={"content": broken})]}
     )
