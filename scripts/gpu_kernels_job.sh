@@ -13,13 +13,7 @@
 #     CUPTI kernel durations, one more eager sample: about 3 s a case on the H200), where a
 #     call's time goes among its kernels; diagnostic rows, for no table
 #   v1, v2: sweeps of benchmarks/variants.txt (v1 the newest constants, 90 s a line; v2 the
-#     rest, 60 s a line); new: the lines never yet swept, the mixed MLA decode's LOADS
-#     "masked" (every load before the first product, no branch) and the QSA index's STOP
-#     "settled" (its radix selection stopped once T's bucket holds the keys still wanted),
-#     the sparse MLA prefills' BLOCK_T (k128's other lines with it), the chunked GDN
-#     prefill's SOLVE "nested" (3 substitution steps rather than 15, a merge more), the
-#     3x7x7 neighborhood attention's QUERIES (boxes of 16 or 32 queries; h32's line, whose
-#     source h16 shares: 3x5x5's line is in v2)
+#     rest, 60 s a line)
 #   ab: issue 13's fidelity A/B against the tree in results/old (carry it; see
 #     docs/measurements/h200-timing-fidelity.md) into $OUT/ab.json and ab.log
 # LIST=1 runs nothing and prints a line a part: its name, then "kernels KERNELS SOLUTIONS"
@@ -41,11 +35,10 @@ declare -A SOLUTIONS_OF=(
 )
 declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
-  [v1]='bias_n384_k1536|mixed_mla|qsa_index|k640|chunked_gdn|neighborhood_attention_3d_h32_'
-  [new]='mixed_mla|qsa_index|sparse_mla|chunked_gdn|neighborhood_attention_3d_h32_'
+  [v1]='bias_n384_k1536'
   [v2]='prefix|dense_attention|bias_n1536|bias_n384_k384|k128|neighborhood_attention_3d_h(8|16)_'
 )
-declare -A SWEEP_SECONDS=([v1]=90 [v2]=60 [new]=90)
+declare -A SWEEP_SECONDS=([v1]=90 [v2]=60)
 if [[ -n ${LIST:-} ]]; then
   for part in $PARTS; do
     if [[ -n ${KERNELS_OF[$part]:-} ]]; then
@@ -69,7 +62,7 @@ for part in $PARTS; do
     PYTHONPATH=src:${PYTHONPATH:-} timeout 700 python3 benchmarks/fidelity_ab.py \
       --tree "${STATE:-results}/ab-old" --tree . --turns 2 --triton > "$OUT/ab.json" 2> "$OUT/ab.log"
     ;;
-  v1 | v2 | new)
+  v1 | v2)
     STEPS=variants KERNELS=${SWEEP_OF[$part]} VARIANT_SECONDS=${SWEEP_SECONDS[$part]} \
       bash scripts/gpu_judge.sh >> "$OUT/variants-run.log" 2>&1
     ;;
