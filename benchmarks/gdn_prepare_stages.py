@@ -5,7 +5,8 @@ stage, having stored a row sum of that stage's result over G's scratch (so the c
 cannot drop the work before it). The stages: 0 the program's sequence and chunk found;
 1 gates, keys and queries loaded, Q K^T and P stored; 2 K K^T; 3 the diagonal blocks'
 inverses by substitution (_diagonal_inverse); 4 the tile merged from them (_merged, four
-TF32x3 products); 9 the whole kernel (W and U: four TF32 products, their stores). Each
+TF32x3 products); 9 the whole kernel (W and U: four TF32 products, their stores); T the
+whole kernel as DELTA "recurrence" runs it (T stored in place of W and U). Each
 time is the median of 15 CUDA-graph replays of 20 launches, per launch, on random inputs
 (unit keys) of the dev workloads' shapes; a stage's cost is its time less the one before.
 
@@ -22,9 +23,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from replays import replay_us
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "dataset/solutions/gdn/triton_chunked_gdn_prefill_qk4_v8_d128_k_last.json"
-STAGES = (0, 1, 2, 3, 4, 9)
+STAGES = (0, 1, 2, 3, 4, 9)  # and "T": the whole kernel as DELTA "recurrence" runs it
 SHAPES = ([57, 57], [80, 80, 79], [761, 761, 762], [241] * 34)  # sequences' lengths
 _STOP = (  # a stage's early return, its result's row sums stored over G's scratch
     "    if STOP == {n}:\n        tl.store(g_ptr + {at}, {value}, mask={mask})\n        return\n"
@@ -48,8 +51,8 @@ INSTRUMENT = (  # (anchor in the shipped source, what replaces it)
         + _STOP.format(n=4, at="token_head", value="tl.sum(T, axis=1)", mask="valid"),
     ),
     (
-        "    INTERPRETED: tl.constexpr,\n):\n    slot = tl.program_id(0)",
-        "    INTERPRETED: tl.constexpr, STOP: tl.constexpr = 9,\n):\n    slot = tl.program_id(0)",
+        "\n):\n    slot = tl.program_id(0)",
+        "\n    STOP: tl.constexpr = 9,\n):\n    slot = tl.program_id(0)",
     ),
 )
 
@@ -95,7 +98,7 @@ def launcher(module, lengths: list[int], device: str):
     g = torch.empty(tokens, heads, device=device)
     slots = triton.cdiv(tokens, 64) + len(lengths)
 
-    def launch(stop: int, warps: int) -> None:
+    def launch(stop: int, warps: int, store_t: bool = False) -> None:
         module._chunk_prepare[(slots, heads)](
             q,
             k,
@@ -107,6 +110,7 @@ def launcher(module, lengths: list[int], device: str):
             cu,
             w,
             u,
+            p,  # (T's scratch, as large as P's)
             p,
             g,
             len(lengths),
@@ -119,6 +123,7 @@ def launcher(module, lengths: list[int], device: str):
             C=64,
             SUB=16,
             BLOCK_N=triton.next_power_of_2(len(lengths)),
+            STORE_T=store_t,
             INTERPRETED=device == "cpu",
             STOP=stop,
             num_warps=warps,
@@ -137,15 +142,7 @@ def graph_us(launch, calls: int = 20, replays: int = 15) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls):
             launch()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times)
+    return statistics.median(replay_us(graph, calls, replays))
 
 
 def main() -> None:
@@ -162,12 +159,15 @@ def main() -> None:
             for stop in STAGES:
                 launch(stop, args.warps[0])
                 print(f"stage {stop} ran", flush=True)
+            launch(9, args.warps[0], store_t=True)
+            print("stage T ran", flush=True)
             return
         for lengths in SHAPES:
             launch = launcher(module, lengths, "cuda")
             for warps in args.warps:
                 times = [graph_us(lambda s=stop, w=warps, f=launch: f(s, w)) for stop in STAGES]
                 line = "  ".join(f"stop{s} {t:7.2f}" for s, t in zip(STAGES, times, strict=True))
+                line += f"  T {graph_us(lambda w=warps, f=launch: f(9, w, True)):7.2f}"
                 head = f"tokens {sum(lengths):5d} in {len(lengths):2d}  warps {warps}:"
                 print(f"{head} {line}", flush=True)
 
