@@ -21,7 +21,7 @@ import time
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from replays import replay_us
+from replays import captured, replay_us
 
 from inference_kernels.judge import clocks, cuda_ipc
 
@@ -73,12 +73,7 @@ def kernels(call) -> list[str]:
 
 
 def timed(call, read) -> dict:
-    call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            call()
+    graph = captured(call, CALLS)
     begin = time.perf_counter()
     while time.perf_counter() - begin < LOAD_SECONDS:
         graph.replay()

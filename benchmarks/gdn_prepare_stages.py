@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from replays import replay_us
+from replays import captured, replay_us
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "dataset/solutions/gdn/triton_chunked_gdn_prefill_qk4_v8_d128_k_last.json"
@@ -134,15 +134,7 @@ def launcher(module, lengths: list[int], device: str):
 
 def graph_us(launch, calls: int = 20, replays: int = 15) -> float:
     """Median microseconds a launch over CUDA-graph replays of ``calls`` launches."""
-    import torch
-
-    launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            launch()
-    return statistics.median(replay_us(graph, calls, replays))
+    return statistics.median(replay_us(captured(launch, calls), calls, replays))
 
 
 def main() -> None:

@@ -7,6 +7,17 @@ from collections.abc import Callable
 import torch
 
 
+def captured(call: Callable[[], object], calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of ``calls`` calls of ``call``, captured after one warm call."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    return graph
+
+
 def replay_us(
     graph: torch.cuda.CUDAGraph, calls: int, replays: int, after: Callable[[], None] | None = None
 ) -> list[float]:
