@@ -2,13 +2,12 @@
 
 The solution's source is instrumented with a constexpr STOP: the kernel returns after a
 stage, having stored a row sum of that stage's result over G's scratch (so the compiler
-cannot drop the work before it). The stages: 0 the program's sequence and chunk found;
-1 gates, keys and queries loaded, Q K^T and P stored; 2 K K^T; 3 the diagonal blocks'
+cannot drop the work before it). The stages: 0 the program's sequence and chunk found; 1
+gates, keys and queries loaded, Q K^T and P stored; 2 K K^T; 3 the diagonal blocks'
 inverses by substitution (_diagonal_inverse); 4 the tile merged from them (_merged, four
-TF32x3 products); 9 the whole kernel (W and U: four TF32 products, their stores); T the
-whole kernel as DELTA "recurrence" runs it (T stored in place of W and U). Each
-time is the median of 15 CUDA-graph replays of 20 launches, per launch, on random inputs
-(unit keys) of the dev workloads' shapes; a stage's cost is its time less the one before.
+TF32x3 products); 9 the whole kernel (T stored). Each time is the median of 15 CUDA-graph
+replays of 20 launches, per launch, on random inputs (unit keys) of the dev workloads'
+shapes; a stage's cost is its time less the one before.
 
     PYTHONPATH=src python3 benchmarks/gdn_prepare_stages.py [--warps 4 8]
     TRITON_INTERPRET=1 PYTHONPATH=src python3 benchmarks/gdn_prepare_stages.py --cpu
@@ -27,7 +26,7 @@ from replays import captured, replay_us
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "dataset/solutions/gdn/triton_chunked_gdn_prefill_qk4_v8_d128_k_last.json"
-STAGES = (0, 1, 2, 3, 4, 9)  # and "T": the whole kernel as DELTA "recurrence" runs it
+STAGES = (0, 1, 2, 3, 4, 9)
 SHAPES = ([57, 57], [80, 80, 79], [761, 761, 762], [241] * 34)  # sequences' lengths
 _STOP = (  # a stage's early return, its result's row sums stored over G's scratch
     "    if STOP == {n}:\n        tl.store(g_ptr + {at}, {value}, mask={mask})\n        return\n"
@@ -90,27 +89,26 @@ def launcher(module, lengths: list[int], device: str):
     q = rand(tokens, qk_heads, dim)
     k = torch.nn.functional.normalize(rand(tokens, qk_heads, dim, dtype=torch.float32), dim=-1)
     k = k.to(torch.bfloat16)
-    v, a, b = rand(tokens, heads, dim), rand(tokens, heads), rand(tokens, heads)
+    a, b = rand(tokens, heads), rand(tokens, heads)
     a_log, dt_bias = rand(heads, dtype=torch.float32), rand(heads, dtype=torch.float32)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=device)
-    w = torch.empty(tokens, heads, dim, device=device)
-    u, p = torch.empty_like(w), torch.empty(tokens, heads, 64, device=device)
+    t, p = (
+        torch.empty(tokens, heads, 64, device=device),
+        torch.empty(tokens, heads, 64, device=device),
+    )
     g = torch.empty(tokens, heads, device=device)
     slots = triton.cdiv(tokens, 64) + len(lengths)
 
-    def launch(stop: int, warps: int, store_t: bool = False) -> None:
+    def launch(stop: int, warps: int) -> None:
         module._chunk_prepare[(slots, heads)](
             q,
             k,
-            v,
             a_log,
             a,
             dt_bias,
             b,
             cu,
-            w,
-            u,
-            p,  # (T's scratch, as large as P's)
+            t,
             p,
             g,
             len(lengths),
@@ -119,11 +117,9 @@ def launcher(module, lengths: list[int], device: str):
             GROUP=heads // qk_heads,
             HQ=qk_heads,
             K=dim,
-            V=dim,
             C=64,
             SUB=16,
             BLOCK_N=triton.next_power_of_2(len(lengths)),
-            STORE_T=store_t,
             INTERPRETED=device == "cpu",
             STOP=stop,
             num_warps=warps,
@@ -151,15 +147,12 @@ def main() -> None:
             for stop in STAGES:
                 launch(stop, args.warps[0])
                 print(f"stage {stop} ran", flush=True)
-            launch(9, args.warps[0], store_t=True)
-            print("stage T ran", flush=True)
             return
         for lengths in SHAPES:
             launch = launcher(module, lengths, "cuda")
             for warps in args.warps:
                 times = [graph_us(lambda s=stop, w=warps, f=launch: f(s, w)) for stop in STAGES]
                 line = "  ".join(f"stop{s} {t:7.2f}" for s, t in zip(STAGES, times, strict=True))
-                line += f"  T {graph_us(lambda w=warps, f=launch: f(9, w, True)):7.2f}"
                 head = f"tokens {sum(lengths):5d} in {len(lengths):2d}  warps {warps}:"
                 print(f"{head} {line}", flush=True)
 

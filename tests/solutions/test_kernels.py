@@ -81,15 +81,13 @@ ROUTER_TILED = (  # the smallest workloads are decode (M=1: the GEMV path); M=12
 )
 # The smallest workloads fit in one chunk of 64 tokens; these 239 tokens (sequences of 58,
 # 91 and 90) carry the state from chunk to chunk and end in partial chunks (a diagonal
-# block's substitution step that adds the row it should subtract fails both outputs).
+# block's substitution step that adds the row it should subtract fails both outputs, as
+# does a Delta made without its beta gamma K S term).
 GDN_CHUNKS = (
     "triton_chunked_gdn_prefill_qk4_v8_d128_k_last",
     "--uuid",
     "e92dafeb-3d50-4bce-90c3-6d0172e189d3",
 )
-# the same with Delta made in the recurrence from T (DELTA "recurrence", the sweep's: W and U
-# never stored; a Delta without its beta gamma K S term fails both outputs)
-GDN_FROM_T = (*GDN_CHUNKS, "--set", "DELTA=recurrence")
 # Six sequences of 0, 5, 0, 1, 11 and 0 tokens, with a state and without: 17 tokens, taken
 # token by token (SHORT_TOKENS; here 32 state rows a program, for fewer programs in the
 # interpreter); its loads past a sequence's end are clamped to the sequence's last token
@@ -100,7 +98,6 @@ GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set"
 GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 # the same in the chunked kernels (the dev workloads the interpreter can take are short)
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
-GDN_CHUNKED_EDGES_FROM_T = (*GDN_CHUNKED_EDGES, "--set", "DELTA=recurrence")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -187,8 +184,6 @@ FIXED = {
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
-    "test_the_chunked_gdn_makes_delta_from_t_in_the_recurrence": GDN_FROM_T,
-    "test_the_chunked_gdn_from_t_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES_FROM_T,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_the_qsa_sparse_decode_with_its_ids_masked": QSA_SPARSE_MASKED,
@@ -381,16 +376,6 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
 
 def test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences():
     assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES)] == [[True, True]] * 2
-
-
-def test_the_chunked_gdn_from_t_on_empty_and_uneven_sequences():
-    assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES_FROM_T)] == [[True, True]] * 2
-
-
-def test_the_chunked_gdn_makes_delta_from_t_in_the_recurrence():
-    (case,) = _checked(*GDN_FROM_T)
-    assert case["axes"]["total_seq_len"] == 239
-    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
 
 def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
