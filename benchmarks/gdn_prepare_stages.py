@@ -32,9 +32,9 @@ _STOP = (  # a stage's early return, its result's row sums stored over G's scrat
     "    if STOP == {n}:\n        tl.store(g_ptr + {at}, {value}, mask={mask})\n        return\n"
 )
 INSTRUMENT = (  # (anchor in the shipped source, what replaces it)
-    (
-        "    start = tl.load(cu_ptr + sequence).to(tl.int32) + (slot - first) * C\n",
-        "    start = tl.load(cu_ptr + sequence).to(tl.int32) + (slot - first) * C\n"
+    (  # (_chunk_prepare's: _chunk_output finds its chunk the same way)
+        "    rows = tl.arange(0, C)\n    cols = tl.arange(0, C)\n",
+        "    rows = tl.arange(0, C)\n    cols = tl.arange(0, C)\n"
         + _STOP.format(n=0, at="slot * H + head", value="start.to(tl.float32)", mask="True"),
     ),
     (

@@ -98,6 +98,11 @@ GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set"
 GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 # the same in the chunked kernels (the dev workloads the interpreter can take are short)
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
+# both with the outputs made apart, every chunk's at once, from the states and Deltas the
+# recurrence stores (PARALLEL_OUTPUT "always", the sweep's: the 239-token call's outputs fail
+# where each sequence's chunks all read its first chunk's state)
+GDN_APART = (*GDN_CHUNKS, "--set", "PARALLEL_OUTPUT=always")
+GDN_CHUNKED_EDGES_APART = (*GDN_CHUNKED_EDGES, "--set", "PARALLEL_OUTPUT=always")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -184,6 +189,8 @@ FIXED = {
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
+    "test_the_chunked_gdn_makes_its_outputs_apart": GDN_APART,
+    "test_the_chunked_gdn_outputs_apart_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES_APART,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_the_qsa_sparse_decode_with_its_ids_masked": QSA_SPARSE_MASKED,
@@ -376,6 +383,16 @@ def test_the_chunked_gdn_carries_the_state_across_chunks():
 
 def test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences():
     assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES)] == [[True, True]] * 2
+
+
+def test_the_chunked_gdn_makes_its_outputs_apart():
+    (case,) = _checked(*GDN_APART)
+    assert case["axes"]["total_seq_len"] == 239
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+
+
+def test_the_chunked_gdn_outputs_apart_on_empty_and_uneven_sequences():
+    assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES_APART)] == [[True, True]] * 2
 
 
 def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
