@@ -409,8 +409,9 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launched.append((self.name, grid))
 
-    for name in ("_recurrent", "_chunk_prepare", "_chunk_recur"):
+    for name in ("_recurrent", "_chunk_prepare", "_chunk_recur", "_chunk_output"):
         setattr(module, name, Kernel(name))
+    assert module.PARALLEL_OUTPUT == "never"  # (the outputs made in the recurrence)
     shipped = module.SHORT_TOKENS, module.SHORT_ROWS
     module.SHORT_TOKENS, module.SHORT_ROWS = 64, 8
 
@@ -431,6 +432,17 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
     module.SHORT_TOKENS, module.SHORT_ROWS = shipped
     assert call(80, 2) == [("_recurrent", (16, 32))]
     assert [name for name, _ in call(81, 2)] == ["_chunk_prepare", "_chunk_recur"]
+    # PARALLEL_OUTPUT (the sweep's): the outputs made apart, one program per chunk slot
+    # (cdiv(tokens, 64) + sequences), value head and OUTPUT_BV columns; "few" only under 64
+    # (sequence, head) pairs
+    module.PARALLEL_OUTPUT = "few"
+    assert call(81, 2)[2] == ("_chunk_output", (4, 8, 128 // module.OUTPUT_BV))
+    assert [name for name, _ in call(600, 8)] == ["_chunk_prepare", "_chunk_recur"]
+    module.PARALLEL_OUTPUT = "always"
+    assert call(600, 8)[2] == ("_chunk_output", (18, 8, 128 // module.OUTPUT_BV))
+    module.PARALLEL_OUTPUT = "sometimes"
+    with pytest.raises(ValueError, match="PARALLEL_OUTPUT"):
+        call(600, 8)
 
 
 def test_the_chunked_gdn_token_by_token_in_the_states_layout():
