@@ -92,10 +92,8 @@ def launcher(module, lengths: list[int], device: str):
     a, b = rand(tokens, heads), rand(tokens, heads)
     a_log, dt_bias = rand(heads, dtype=torch.float32), rand(heads, dtype=torch.float32)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], device=device)
-    t, p = (
-        torch.empty(tokens, heads, 64, device=device),
-        torch.empty(tokens, heads, 64, device=device),
-    )
+    t = torch.empty(tokens, heads, 64, device=device)  # T's and P's scratch
+    p = torch.empty_like(t)
     g = torch.empty(tokens, heads, device=device)
     slots = triton.cdiv(tokens, 64) + len(lengths)
 
