@@ -7,8 +7,8 @@
 # it), with OUT=$STATE/out for its files, ORIGIN the call's working tree (to copy a report
 # in, to resume it), and INFERENCE_KERNELS_CONFIG under STATE (the judge's key must outlive
 # the call's tree; an existing key folder is copied there).
-# `wait SECONDS` waits up to that long, prints the job's last lines, and copies the files of
-# $STATE/out and its log to $OUT (every time: a lost machine loses only what came after).
+# `wait SECONDS` waits up to that long, prints the job's last lines, and copies what is under
+# $STATE/out, folders too, and its log to $OUT (every time: a lost machine loses only what came after).
 #   call 1:   bash scripts/gpu_detach.sh start 'FILL=1 PART_SECONDS=86400 REPORT=$OUT/audit.jsonl bash scripts/gpu_audit.sh'
 #   call 2..: OUT=$OUT bash scripts/gpu_detach.sh wait 580
 # Exit status of wait: 0 ended with status 0, 1 ended otherwise, 2 no job or it died
@@ -51,7 +51,7 @@ wait)
   echo "$(( $(date +%s) - $(cat "$STATE/started") )) s since the job started; its last lines:"
   tail -n 4 "$STATE/job.log"
   mkdir -p "${OUT:-results/job}"
-  find "$STATE/out" -maxdepth 1 -type f -exec cp {} "${OUT:-results/job}/" \;
+  cp -a "$STATE/out/." "${OUT:-results/job}/"  # (folders too: a part's OUT=$OUT/NAME)
   cp "$STATE/job.log" "${OUT:-results/job}/"
   if [[ -e $STATE/rc ]]; then
     status=$(cat "$STATE/rc")

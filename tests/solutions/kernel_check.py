@@ -4,7 +4,8 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--set NAME=VALUE ...]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--poison]
+        [--set NAME=VALUE ...]
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
@@ -14,6 +15,11 @@ prefill's empty and uneven sequences.
 ``--reversed`` runs each kernel's programs in reverse order (the interpreter runs them one
 after another, first to last): a kernel whose programs write where others still read
 passes in one order only, as it might on a GPU, where they run together.
+
+``--poison`` fills what ``torch.empty`` and ``torch.empty_like`` return (a kernel's
+scratch, the outputs) with NaN, or -1 for integers: on the CPU they often come back as
+zeros, which hides a kernel that reads memory it never wrote; a GPU's caching allocator
+hands back whatever was there.
 
 ``--set`` gives one of the solution's module constants (a tile size) another value: a
 real-size workload checked with wider tiles takes the interpreter fewer programs, while
@@ -53,6 +59,23 @@ def run_programs_reversed() -> None:
     GridExecutor.__call__ = types.FunctionType(
         call.__code__, scope, call.__name__, call.__defaults__, call.__closure__
     )
+
+
+def poison_empty() -> None:
+    """torch.empty and torch.empty_like return tensors filled with NaN (-1 for integers,
+    True for booleans) instead of whatever the allocator had."""
+
+    def filled(make):
+        def made(*args, **kwargs):
+            tensor = make(*args, **kwargs)
+            if tensor.dtype == torch.bool:
+                return tensor.fill_(True)
+            return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+
+        return made
+
+    torch.empty = filled(torch.empty)
+    torch.empty_like = filled(torch.empty_like)
 
 
 def check_bounds() -> None:
@@ -321,6 +344,8 @@ def main() -> None:
     check_bounds()
     if "--reversed" in sys.argv:
         run_programs_reversed()
+    if "--poison" in sys.argv:
+        poison_empty()
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
     # --set NAME=VALUE (repeatable): a module constant that run() reads when called

@@ -100,9 +100,11 @@ GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
 # both with the outputs made apart, every chunk's at once, from the states and Deltas the
 # recurrence stores (PARALLEL_OUTPUT "always", the sweep's: the 239-token call's outputs fail
-# where each sequence's chunks all read its first chunk's state)
-GDN_APART = (*GDN_CHUNKS, "--set", "PARALLEL_OUTPUT=always")
-GDN_CHUNKED_EDGES_APART = (*GDN_CHUNKED_EDGES, "--set", "PARALLEL_OUTPUT=always")
+# where each sequence's chunks all read its first chunk's state), with what torch.empty
+# returns filled with NaN (--poison: the stored states and Deltas are scratch of that kind;
+# on the GPU "always" gave NaN on calls like the 239-token one, not here)
+GDN_APART = (*GDN_CHUNKS, "--set", "PARALLEL_OUTPUT=always", "--poison")
+GDN_CHUNKED_EDGES_APART = (*GDN_CHUNKED_EDGES, "--set", "PARALLEL_OUTPUT=always", "--poison")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -175,6 +177,9 @@ BLOCK_CAUSAL_DIAGONAL = (
     "--set",
     "ORDER=diagonal",
 )
+# the image blocks' edges with IMAGE_TILES "scanned": in the query tiles of 64 that lie in one
+# image (64-127 and 192-255) the keys up to the end of the image's run are taken untested
+BLOCK_CAUSAL_SCANNED = (*BLOCK_CAUSAL_IMAGES, "--set", "IMAGE_TILES=scanned")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -200,6 +205,7 @@ FIXED = {
     "test_qsa_index_scores_with_queries_moved_into_the_keys_layout": QSA_QUERY_VECTORS,
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
+    "test_block_causal_takes_an_image_run_untested": BLOCK_CAUSAL_SCANNED,
     "test_neighborhood_attention_in_boxes_of_32_queries": NA_BOXES_32,
     "test_neighborhood_attention_in_boxes_of_16_queries": NA_BOXES_16,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
@@ -556,6 +562,31 @@ def test_block_causal_image_blocks_across_tiles():
     # two image blocks, one across a tile boundary, between runs of text.
     (case,) = _checked(*BLOCK_CAUSAL_IMAGES)
     assert case["verdicts"] == [True], case
+
+
+def test_block_causal_takes_an_image_run_untested(tmp_path):
+    # a scan that runs on past the image (the text keys after it taken as seen) fails here;
+    # one that rounds the run's end up reads past the keys (the bounds check)
+    (case,) = _checked(*BLOCK_CAUSAL_SCANNED)
+    assert case["verdicts"] == [True], case
+    module = _solution_module(BLOCK_CAUSAL_SCANNED[0], tmp_path)
+    assert module.IMAGE_TILES == "tested"  # as judged
+    module.IMAGE_TILES = "scan"
+    x = torch.zeros(1, 70, 32, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="IMAGE_TILES 'scan'"):
+        module.run(x, x, x, torch.full((70,), -1, dtype=torch.int32), torch.empty_like(x))
+
+
+def test_poison_fills_what_torch_empty_returns(monkeypatch):
+    # kernel_check.py --poison: a kernel reading scratch it never wrote reads NaN (or -1)
+    import kernel_check
+
+    monkeypatch.setattr(torch, "empty", torch.empty)  # (put back after the test)
+    monkeypatch.setattr(torch, "empty_like", torch.empty_like)
+    kernel_check.poison_empty()
+    assert torch.empty(2, 3).isnan().all()
+    assert torch.empty_like(torch.zeros(4, dtype=torch.int32)).tolist() == [-1] * 4
+    assert torch.empty(2, dtype=torch.bool).all()
 
 
 def test_mixed_mla_pages_and_empty_requests():
