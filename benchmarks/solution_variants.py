@@ -171,6 +171,7 @@ def sweep(
     device: str,
     limit: int | None,
     rep_ms: int,
+    uuids: list[str] | None = None,
     log=sys.stderr,
     resume: Path | None = None,
 ) -> Iterator[dict]:
@@ -185,7 +186,13 @@ def sweep(
         raise SystemExit(f"{solution_name} has no module constant {', '.join(unknown)}")
     original = {name: constants[name] for name in grid}
     dps = solution.spec.destination_passing_style
-    workloads = [w for _, w in select(dataset, [solution.definition], suite)][:limit]
+    workloads = [w for _, w in select(dataset, [solution.definition], suite)]
+    if uuids:  # these workloads alone, in the suite's order
+        missing = set(uuids) - {w.uuid for w in workloads}
+        if missing:
+            raise SystemExit(f"no workload {', '.join(sorted(missing))} in the {suite} suite")
+        workloads = [w for w in workloads if w.uuid in uuids]
+    workloads = workloads[:limit]
     header = {"type": "sweep", "solution": solution_name, "device": device, "suite": suite}
     header.update(grid={k: v for k, v in grid.items()}, workloads=len(workloads))
     if device != "cpu":
@@ -357,6 +364,13 @@ def main() -> None:
     )
     parser.add_argument("--suite", default="dev", help="workload suite (dev, first, all)")
     parser.add_argument("--limit", type=int, help="the first N workloads of the suite")
+    parser.add_argument(
+        "--uuid",
+        action="append",
+        metavar="UUID",
+        help="this workload of the suite alone (repeatable): e.g. one call to run under "
+        "compute-sanitizer",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rep-ms", type=int, default=100, help="timing per variant and workload")
     parser.add_argument("--dataset", type=Path, default=ROOT / "dataset")
@@ -378,6 +392,7 @@ def main() -> None:
         device=given.device,
         limit=given.limit,
         rep_ms=given.rep_ms,
+        uuids=given.uuid,
         resume=given.resume,
     )
     for line in lines:  # one at a time: a sweep cut short by a timeout keeps what it did

@@ -52,6 +52,17 @@ def test_a_variant_that_writes_half_its_output_fails():
     assert all("error" not in v for v in workload["variants"] if v["passed"])
 
 
+def test_one_workload_by_its_uuid_and_an_unknown_one():
+    first = _sweep("--suite", "first", "--device", "cpu")
+    header, workload = (json.loads(line) for line in first.stdout.splitlines())
+    again = _sweep("--uuid", workload["uuid"], "--suite", "first", "--device", "cpu")
+    assert [json.loads(line)["uuid"] for line in again.stdout.splitlines()[1:]] == [
+        workload["uuid"]
+    ]
+    done = _sweep("--uuid", "nope", "--suite", "first", "--device", "cpu")
+    assert done.returncode != 0 and "no workload nope in the first suite" in done.stderr
+
+
 def test_settings_and_an_unknown_constant():
     assert solution_variants.settings(["BITS=4,8", "X=a"]) == {"BITS": [4, 8], "X": ["a"]}
     assert solution_variants.variants({}) == [{}]  # the solution as it is, once
