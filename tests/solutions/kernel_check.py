@@ -9,8 +9,9 @@ then).
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
-attention, the mixed MLA decode's pages and empty requests, the dense attention's split keys, GDN
-prefill's empty and uneven sequences.
+attention (and text tiles before an image that runs to the end), the mixed MLA decode's
+pages and empty requests, the dense attention's split keys, GDN prefill's empty and uneven
+sequences.
 
 ``--reversed`` runs each kernel's programs in reverse order (the interpreter runs them one
 after another, first to last): a kernel whose programs write where others still read
@@ -264,6 +265,17 @@ def block_causal_edges() -> list:
     return [Q, K, V, ids]
 
 
+def block_causal_text_then_image() -> list:
+    """300 tokens: two query tiles of 64 all text, then one image to the end (128-299), so
+    that an image query tile's keys past its first query fill whole tiles (128-191 sees
+    192-255 whole) and the run reaches the last key."""
+    g = torch.Generator().manual_seed(9)
+    Q, K, V = (torch.randn(1, 300, 4, 128, generator=g).bfloat16() for _ in range(3))
+    ids = torch.full((300,), -1, dtype=torch.int32)
+    ids[128:] = 0
+    return [Q, K, V, ids]
+
+
 def mixed_mla_edges() -> list:
     """Five requests over caches of several pages (the stand-ins small enough for the
     interpreter have one page of each): no valid token (zeros); FP8 tokens only; one FP4
@@ -365,7 +377,7 @@ def main() -> None:
         elif definition.op_type == "qsa_index":
             shapes = [qsa_index_edges(), qsa_index_wide_edges()]
         elif definition.op_type == "block_causal_attention":
-            shapes = [block_causal_edges()]
+            shapes = [block_causal_edges(), block_causal_text_then_image()]
         elif definition.op_type == "mixed_mla":
             shapes = [mixed_mla_edges()]
         elif definition.op_type == "dense_attention":
