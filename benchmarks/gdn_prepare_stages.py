@@ -32,7 +32,7 @@ _STOP = (  # a stage's early return, its result's row sums stored over G's scrat
     "    if STOP == {n}:\n        tl.store(g_ptr + {at}, {value}, mask={mask})\n        return\n"
 )
 INSTRUMENT = (  # (anchor in the shipped source, what replaces it)
-    (  # (_chunk_prepare's: _chunk_output finds its chunk the same way)
+    (  # (_chunk_prepare's)
         "    rows = tl.arange(0, C)\n    cols = tl.arange(0, C)\n",
         "    rows = tl.arange(0, C)\n    cols = tl.arange(0, C)\n"
         + _STOP.format(n=0, at="slot * H + head", value="start.to(tl.float32)", mask="True"),

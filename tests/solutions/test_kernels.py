@@ -98,13 +98,6 @@ GDN_SHORT = ("triton_chunked_gdn_prefill_qk4_v8_d128_k_last", "--edges", "--set"
 GDN_SHORT_ROWS = (*GDN_SHORT, "--set", "SHORT_LOADS=rows")
 # the same in the chunked kernels (the dev workloads the interpreter can take are short)
 GDN_CHUNKED_EDGES = (GDN_SHORT[0], "--edges", "--set", "SHORT_TOKENS=0")
-# both with the outputs made apart, every chunk's at once, from the states and Deltas the
-# recurrence stores (PARALLEL_OUTPUT "always", the sweep's: the 239-token call's outputs fail
-# where each sequence's chunks all read its first chunk's state), with what torch.empty
-# returns filled with NaN (--poison: the stored states and Deltas are scratch of that kind;
-# on the GPU "always" gave NaN on calls like the 239-token one, not here)
-GDN_APART = (*GDN_CHUNKS, "--set", "PARALLEL_OUTPUT=always", "--poison")
-GDN_CHUNKED_EDGES_APART = (*GDN_CHUNKED_EDGES, "--set", "PARALLEL_OUTPUT=always", "--poison")
 # 2,051 positions at B 1 (512 valid blocks and a tail of 3 tokens): every one of the 33
 # splits of 64 holds tokens, the last the tail's three (in the default pair's B 2 workload
 # the last split holds one token of 2,049); a merge that drops the last split fails here
@@ -199,8 +192,6 @@ FIXED = {
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
     "test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES,
-    "test_the_chunked_gdn_makes_its_outputs_apart": GDN_APART,
-    "test_the_chunked_gdn_outputs_apart_on_empty_and_uneven_sequences": GDN_CHUNKED_EDGES_APART,
     "test_the_qsa_sparse_decode_merges_every_split": QSA_SPARSE_SPLITS,
     "test_the_qsa_sparse_decode_takes_smaller_splits_where_the_gpu_would_idle": QSA_SPARSE_FEW,
     "test_the_qsa_sparse_decode_with_its_ids_masked": QSA_SPARSE_MASKED,
@@ -397,16 +388,6 @@ def test_the_chunked_gdn_kernels_on_empty_and_uneven_sequences():
     assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES)] == [[True, True]] * 2
 
 
-def test_the_chunked_gdn_makes_its_outputs_apart():
-    (case,) = _checked(*GDN_APART)
-    assert case["axes"]["total_seq_len"] == 239
-    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
-
-
-def test_the_chunked_gdn_outputs_apart_on_empty_and_uneven_sequences():
-    assert [case["verdicts"] for case in _checked(*GDN_CHUNKED_EDGES_APART)] == [[True, True]] * 2
-
-
 def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
     assert [case["verdicts"] for case in _checked(*GDN_SHORT)] == [[True, True]] * 2
     # which kernels run() launches, by the call's tokens (no kernel runs: each launch is
@@ -421,9 +402,8 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launched.append((self.name, grid))
 
-    for name in ("_recurrent", "_chunk_prepare", "_chunk_recur", "_chunk_output"):
+    for name in ("_recurrent", "_chunk_prepare", "_chunk_recur"):
         setattr(module, name, Kernel(name))
-    assert module.PARALLEL_OUTPUT == "never"  # (the outputs made in the recurrence)
     shipped = module.SHORT_TOKENS, module.SHORT_ROWS
     module.SHORT_TOKENS, module.SHORT_ROWS = 64, 8
 
@@ -444,17 +424,6 @@ def test_the_chunked_gdn_takes_short_calls_token_by_token(tmp_path):
     module.SHORT_TOKENS, module.SHORT_ROWS = shipped
     assert call(80, 2) == [("_recurrent", (16, 32))]
     assert [name for name, _ in call(81, 2)] == ["_chunk_prepare", "_chunk_recur"]
-    # PARALLEL_OUTPUT (the sweep's): the outputs made apart, one program per chunk slot
-    # (cdiv(tokens, 64) + sequences), value head and OUTPUT_BV columns; "few" only under 64
-    # (sequence, head) pairs
-    module.PARALLEL_OUTPUT = "few"
-    assert call(81, 2)[2] == ("_chunk_output", (4, 8, 128 // module.OUTPUT_BV))
-    assert [name for name, _ in call(600, 8)] == ["_chunk_prepare", "_chunk_recur"]
-    module.PARALLEL_OUTPUT = "always"
-    assert call(600, 8)[2] == ("_chunk_output", (18, 8, 128 // module.OUTPUT_BV))
-    module.PARALLEL_OUTPUT = "sometimes"
-    with pytest.raises(ValueError, match="PARALLEL_OUTPUT"):
-        call(600, 8)
 
 
 def test_the_chunked_gdn_token_by_token_in_the_states_layout():
