@@ -16,19 +16,13 @@ from typing import Any
 
 import pytest
 import torch
+from materialized_inputs import made
 
 from inference_kernels.dataset import constraints
 from inference_kernels.dataset.blobs import content_hash
 from inference_kernels.dataset.selection import select
-from inference_kernels.materialize.inputs import materialize
 from inference_kernels.materialize.reference_runs import ReferenceRun, run_case
 from inference_kernels.schema import Definition, Workload
-
-
-def made(dataset, definition, workload):
-    return materialize(
-        definition, workload, data_root=dataset.root, capture=dataset.captures.get(workload.uuid)
-    )
 
 
 def hashes(inputs) -> list:

@@ -1,18 +1,13 @@
 import numpy as np
 import pytest
 import torch
+from materialized_inputs import made
 
 from inference_kernels.dataset import constraints
 from inference_kernels.dataset.selection import input_bytes, select
 from inference_kernels.materialize.inputs import materialize
 
 CHEAP = 64 * 2**20  # dev workloads under this many input bytes are all checked
-
-
-def made(dataset, definition, workload):
-    return materialize(
-        definition, workload, data_root=dataset.root, capture=dataset.captures.get(workload.uuid)
-    )
 
 
 def _stands_in(workload) -> bool:
