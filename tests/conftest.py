@@ -24,3 +24,38 @@ def dataset_copy(tmp_path):
     target = tmp_path / "dataset"
     shutil.copytree(BUNDLED, target)
     return target
+
+
+# Under pytest-xdist (the README's test command: -n 2) each worker takes whole groups of
+# tests: a file's, so that a module's fixtures are made once, or one group for the files
+# that share a session fixture (the first suite's pass, tests/materialize). The files that
+# take longest are collected first, so that neither worker is left with a long tail.
+SHARED = ("tests/materialize/",)  # folders whose files are one group
+FIRST = (
+    "solutions/test_kernels.py",  # Triton's interpreter over every kernel, about 5 min
+    "materialize/",  # the first suite's references and stand-ins
+    "exploits/test_sandbox_attacks.py",
+    "exploits/test_exploits.py",
+    "solutions/test_library_paths.py",
+    "solutions/test_baselines.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = Path(item.fspath).relative_to(Path(__file__).parent).as_posix()
+        return next((at for at, first in enumerate(FIRST) if path.startswith(first)), len(FIRST))
+
+    items.sort(key=rank)  # (stable: within a rank, collection order)
+
+
+@pytest.hookimpl(optionalhook=True)  # (a hook of xdist's: none without it, as on the GPU)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((folder for folder in SHARED if path.startswith(folder)), path)
+
+    return Groups(config, log)
