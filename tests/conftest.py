@@ -30,20 +30,25 @@ def dataset_copy(tmp_path):
 # tests: a file's, so that a module's fixtures are made once, or one group for the files
 # that share a session fixture (the first suite's pass, tests/materialize). The files that
 # take longest are collected first, so that neither worker is left with a long tail.
+# (Paths as in a test's node id, from the repository's root.)
 SHARED = ("tests/materialize/",)  # folders whose files are one group
 FIRST = (
-    "solutions/test_kernels.py",  # Triton's interpreter over every kernel, about 5 min
-    "materialize/",  # the first suite's references and stand-ins
-    "exploits/test_sandbox_attacks.py",
-    "exploits/test_exploits.py",
-    "solutions/test_library_paths.py",
-    "solutions/test_baselines.py",
+    "tests/solutions/test_kernels.py",  # Triton's interpreter over every kernel, about 5 min
+    "tests/materialize/",  # the first suite's references and stand-ins
+    "tests/exploits/test_sandbox_attacks.py",
+    "tests/exploits/test_exploits.py",
+    "tests/solutions/test_library_paths.py",
+    "tests/solutions/test_baselines.py",
 )
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        path = Path(item.fspath).relative_to(Path(__file__).parent).as_posix()
+        path = _file(item.nodeid)
         return next((at for at, first in enumerate(FIRST) if path.startswith(first)), len(FIRST))
 
     items.sort(key=rank)  # (stable: within a rank, collection order)
@@ -55,7 +60,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class Groups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
+            path = _file(nodeid)
             return next((folder for folder in SHARED if path.startswith(folder)), path)
 
     return Groups(config, log)
