@@ -174,8 +174,8 @@ def test_a_graph_is_not_extended_after_another_method_replaced_the_sets():
     events = []
 
     def times(method, index):
-        if method == "graph" and index == -1:
-            return 8000.0  # its sizing sample: 8 calls a sample
+        if index == -1:
+            return 8000.0  # each method's sizing sample: 8 calls a sample
         return 100.0  # rounds: too short for the CPU's allowance, resampled longer
 
     worker = ScriptedWorker(times)

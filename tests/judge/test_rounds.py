@@ -235,10 +235,11 @@ def test_samples_that_adaptive_repetition_adds_can_be_the_checked_ones():
     assert late / runs > 0.85  # about 0.93 with 2 checks among 22 rounds
 
 
-def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration(monkeypatch):
+def test_eager_samples_are_sized_by_a_warm_sample_not_by_the_calibration(monkeypatch):
     """The calibration's few calls carry a sample's fixed cost (the device waking up, the
-    first call's issue), so on CUDA a warm eager sample of the plan's calls sizes eager
-    samples to SAMPLE_MIN_SECONDS, as it does a graph's; on the CPU eager keeps the plan's."""
+    first call's issue), so a warm eager sample of the plan's calls sizes eager samples to
+    SAMPLE_MIN_SECONDS, as it does a graph's; on the CPU too (a calibration taken on a busy
+    machine gave samples too short for the outside check to hold its pauses)."""
 
     def times(method, index):
         return 1000.0
@@ -258,7 +259,7 @@ def test_eager_samples_on_cuda_are_sized_by_a_warm_sample_not_by_the_calibration
         entries = made.time_methods(["eager", "graph"], None)
         sizes[kind] = entries["eager"]["calls_per_sample"], entries["graph"]["calls_per_sample"]
     assert sizes["cuda"] == (27, 27)  # 26.7 ms of 1 ms calls
-    assert sizes["cpu"] == (16, 64)  # the plan's eager calls; 64 ms of 1 ms graph calls
+    assert sizes["cpu"] == (64, 64)  # 64 ms of 1 ms calls
 
 
 def test_the_load_stops_for_sizing_samples_and_ends_right_before_the_rounds(monkeypatch):

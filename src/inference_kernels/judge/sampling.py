@@ -320,12 +320,14 @@ class Sampler:
         about 250 us on the H200, benchmarks/launch_gaps.py). Sized by the calibration alone,
         the SDPA of noncausal_dense_attention_h32_d128 (N 2560) got eager samples of 97 calls
         against the graph's 163, and an eager/graph of 1.022 from that fixed cost alone.
-        (On the CPU, where times are indicative, eager keeps the calibration's size.)
+        On the CPU, eager is sized the same way: a calibration taken while the machine was
+        busy gave samples of 2 to 15 calls (4 to 20 ms), too short for the outside check's
+        allowance to hold the machine's own pauses, and an honest eager call was suspect.
         Where the plan's calls are already the most a sample may have (MAX_CALLS, or the
         sets that fit), no sample is taken: it could only keep them (the 11x11x11
         neighborhood attention's one call of 0.2 s, the M 8192 GEMMs' sets).
         """
-        if self.cold_l2 or (method == "eager" and self.kind != "cuda"):
+        if self.cold_l2:
             return iters
         if iters >= self._calls_for(0.0):  # the most calls a sample may have
             return iters
