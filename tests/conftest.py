@@ -33,7 +33,7 @@ def dataset_copy(tmp_path):
 # (Paths as in a test's node id, from the repository's root.)
 SHARED = ("tests/materialize/",)  # folders whose files are one group
 FIRST = (
-    "tests/solutions/test_kernels.py",  # Triton's interpreter over every kernel, about 5 min
+    "tests/solutions/test_kernels.py",  # Triton's interpreter over every kernel, about 10 min
     "tests/materialize/",  # the first suite's references and stand-ins
     "tests/exploits/test_sandbox_attacks.py",
     "tests/exploits/test_exploits.py",

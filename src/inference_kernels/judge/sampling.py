@@ -321,7 +321,7 @@ class Sampler:
         the SDPA of noncausal_dense_attention_h32_d128 (N 2560) got eager samples of 97 calls
         against the graph's 163, and an eager/graph of 1.022 from that fixed cost alone.
         On the CPU, eager is sized the same way: a calibration taken while the machine was
-        busy gave samples of 2 to 15 calls (4 to 20 ms), too short for the outside check's
+        busy gave samples as short as 15 calls (10.6 ms), too short for the outside check's
         allowance to hold the machine's own pauses, and an honest eager call was suspect.
         Where the plan's calls are already the most a sample may have (MAX_CALLS, or the
         sets that fit), no sample is taken: it could only keep them (the 11x11x11
