@@ -156,8 +156,9 @@ GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
 # first: the partials summed by the tile's last, the counter set back for the next call
 GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
-# The router's decode in one kernel (DECODE "fused", swept, not taken), last program first: the
-# default pair (M 1 twice, on one counter) and M 3 (three tokens selected by the last program)
+# The router's decode in one kernel (DECODE "fused", to be swept again), last program first:
+# the default pair (M 1 twice, on one counter) and M 3 (three tokens selected at once by the
+# last program; one that selects only the first two fails both outputs)
 ROUTER_FUSED = (
     "triton_moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
     "--set",
