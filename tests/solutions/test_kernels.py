@@ -125,9 +125,12 @@ GDN_DECODE_VECTORS = (WRONG_SCALE[0], "--set", "LOADS=vectors")
 # wide rows of distinct scores do.
 QSA_TIES = ("triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4", "--edges")
 QSA_TIES_RELOADED = (*QSA_TIES, "--set", "KEYS=reload")  # read for every pass, as first judged
-# A second stage of more than 4,096 candidates held in registers (CANDIDATES 8192, the
-# sweep's): segments of 1,024 ids make the 9,000-block row's 4,608 candidates
-QSA_CANDIDATES_HELD = (*QSA_TIES, "--set", "SEGMENT=1024", "--set", "CANDIDATES=8192")
+# A second stage of more than 4,096 candidates held in registers (CANDIDATES 8192, shipped):
+# segments of 1,024 ids make the 9,000-block row's 4,608 candidates; the same read in chunks
+# of 4,096 for every pass (CANDIDATES 4096, as first judged; still the path of rows of more
+# than 8,192 candidates)
+QSA_CANDIDATES_HELD = (*QSA_TIES, "--set", "SEGMENT=1024")
+QSA_CANDIDATES_CHUNKED = (*QSA_CANDIDATES_HELD, "--set", "CANDIDATES=4096")
 # each head's query loaded as a vector and moved into the keys' layout (QUERIES "vectors", as
 # first judged; the shipped "rows" loads it there): the default pair, whose B 2 rows of 132
 # pages are scored (one query for every head fails there)
@@ -205,6 +208,7 @@ FIXED = {
     "test_qsa_index_scores_with_queries_moved_into_the_keys_layout": QSA_QUERY_VECTORS,
     "test_qsa_index_ties_with_its_keys_reloaded": QSA_TIES_RELOADED,
     "test_qsa_index_holds_more_than_4096_candidates": QSA_CANDIDATES_HELD,
+    "test_qsa_index_reads_its_candidates_in_chunks": QSA_CANDIDATES_CHUNKED,
     "test_block_causal_image_blocks_across_tiles": BLOCK_CAUSAL_IMAGES,
     "test_block_causal_takes_an_image_run_untested": BLOCK_CAUSAL_SCANNED,
     "test_neighborhood_attention_in_boxes_of_32_queries": NA_BOXES_32,
@@ -525,8 +529,14 @@ def test_qsa_index_ties_with_its_keys_reloaded():
 
 def test_qsa_index_holds_more_than_4096_candidates():
     # The same cuts where the wide rows' second stage holds its 4,608 candidates in
-    # registers (one chunk of 8,192; shipped: two chunks of 4,096, read again every pass).
+    # registers (one chunk of 8,192, shipped).
     found = _checked(*QSA_CANDIDATES_HELD)
+    assert [case["verdicts"] for case in found] == [[True], [True]], found
+
+
+def test_qsa_index_reads_its_candidates_in_chunks():
+    # The same second stage in two chunks of 4,096, read again for every pass.
+    found = _checked(*QSA_CANDIDATES_CHUNKED)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
