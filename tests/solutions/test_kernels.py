@@ -159,20 +159,16 @@ GROUPED_GEMM_SELECT = (*GROUPED_GEMM_EDGES, "--set", "DECODE=select", "--set", "
 # K split over 4 programs a tile (SPLIT_K, shipped since the H100's sweep), last program
 # first: the partials summed by the tile's last, the counter set back for the next call
 GEMM_SPLIT_K = ("triton_dense_gemm_bf16_nt_bias_n384_k1536", "--set", "SPLIT_K=4", "--reversed")
-# The router's decode in one kernel (DECODE "fused", to be swept again), last program first:
-# the default pair (M 1 twice, on one counter) and M 3 (three tokens selected at once by the
-# last program; one that selects only the first two fails both outputs)
-ROUTER_FUSED = (
+# The router's decode GEMV summed across the warps at each of its five steps of D
+# (DECODE_SUM "each", as first judged; the shipped "once" sums once after them: one that
+# leaves out the last step fails both outputs), M 3
+ROUTER_SUM_EACH = (
     "triton_moe_router_gemm_topk_deepseek41_d5120_e384_topk6",
+    "--uuid",
+    "8fb5668d-9ace-5884-ae82-5cfb3e534ef0",
     "--set",
-    "DECODE=fused",
-    "--reversed",
+    "DECODE_SUM=each",
 )
-ROUTER_FUSED_ROWS = (*ROUTER_FUSED, "--uuid", "8fb5668d-9ace-5884-ae82-5cfb3e534ef0")
-# The decode's GEMV summed across the warps at each of its five steps of D (DECODE_SUM
-# "each", as first judged; the shipped "once" sums once after them: one that leaves out the
-# last step fails both outputs), M 3
-ROUTER_SUM_EACH = (ROUTER_FUSED[0], "--uuid", ROUTER_FUSED_ROWS[-1], "--set", "DECODE_SUM=each")
 # A short prefill's one tile of keys taken untested, its loads with the queries' (ORDER
 # "diagonal", the sweep's): the default pair (25 tokens each)
 BLOCK_CAUSAL_DIAGONAL = (
@@ -220,8 +216,6 @@ FIXED = {
     "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
     "test_grouped_gemm_scales_from_the_steps_table": GROUPED_GEMM_TABLE,
     "test_the_bias_gemm_splits_k_in_one_kernel": GEMM_SPLIT_K,
-    "test_the_routers_decode_in_one_kernel": ROUTER_FUSED,
-    "test_the_routers_decode_in_one_kernel_selects_every_token": ROUTER_FUSED_ROWS,
     "test_the_routers_decode_sums_its_products_at_every_step": ROUTER_SUM_EACH,
     "test_block_causal_short_prefill_in_one_round_of_loads": BLOCK_CAUSAL_DIAGONAL,
 }
@@ -653,21 +647,6 @@ def test_the_bias_gemm_splits_k_in_one_kernel():
     found = _checked(*GEMM_SPLIT_K)
     assert [case["axes"] for case in found] == [{"M": 5}, {"M": 11}], found
     assert [case["verdicts"] for case in found] == [[True], [True]], found
-
-
-def test_the_routers_decode_in_one_kernel():
-    # Two M 1 calls on one counter: the second passes only if the first call's last program
-    # set it back to 0 (without: the second's ids and weights are never written and fail);
-    # the first program selecting (counted == 0) fails both, as in the bias GEMM's test
-    found = _checked(*ROUTER_FUSED)
-    assert [case["axes"] for case in found] == [{"M": 1}, {"M": 1}], found
-    assert [case["verdicts"] for case in found] == [[True, True]] * 2, found
-
-
-def test_the_routers_decode_in_one_kernel_selects_every_token():
-    # M 3: the last program selects for each of the three tokens
-    (case,) = _checked(*ROUTER_FUSED_ROWS)
-    assert case["axes"] == {"M": 3} and case["verdicts"] == [True, True], case
 
 
 def test_the_routers_decode_sums_its_products_at_every_step():
