@@ -141,9 +141,6 @@ BLOCK_CAUSAL_IMAGES = ("triton_prefix_cached_block_causal_h32_d128_prefix0", "--
 NA_BOXES = ("triton_neighborhood_attention_3d_h8_d64_kt3_ky5_kx5", "--axes", "B=1,T=5,Y=9,X=11")
 NA_BOXES_32, NA_BOXES_16 = ((*NA_BOXES, "--set", f"QUERIES={n}") for n in (32, 16))
 MIXED_MLA_PAGES = ("triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512", "--edges")
-# the same with each cache's split in a branch of its own, every load in one round
-# (ROUNDS "one"; a split whose values are chunk 0 instead of its own fails)
-MIXED_MLA_ONE_ROUND = (*MIXED_MLA_PAGES, "--set", "ROUNDS=one")
 GROUPED_GEMM_EDGES = ("triton_grouped_gemm_fp8_fp4_e384_n5120_k2304_g32", "--edges")
 # the tiles found by seven torch kernels (PLAN "torch", as first judged) rather than one
 # Triton program
@@ -210,7 +207,6 @@ FIXED = {
     "test_neighborhood_attention_in_boxes_of_32_queries": NA_BOXES_32,
     "test_neighborhood_attention_in_boxes_of_16_queries": NA_BOXES_16,
     "test_mixed_mla_pages_and_empty_requests": MIXED_MLA_PAGES,
-    "test_mixed_mla_splits_in_one_round_of_loads": MIXED_MLA_ONE_ROUND,
     "test_grouped_gemm_small_shapes": GROUPED_GEMM_SELECT,
     "test_grouped_gemm_decode_by_shifts_and_swapped_product": GROUPED_GEMM_EDGES,
     "test_grouped_gemm_tiles_planned_by_torch": GROUPED_GEMM_PLAN,
@@ -587,20 +583,6 @@ def test_mixed_mla_pages_and_empty_requests():
     # no valid token (zeros), FP8 tokens only, one FP4 token on the last page.
     (case,) = _checked(*MIXED_MLA_PAGES)
     assert case["verdicts"] == [True], case
-
-
-def test_mixed_mla_splits_in_one_round_of_loads(tmp_path):
-    (case,) = _checked(*MIXED_MLA_ONE_ROUND)
-    assert case["verdicts"] == [True], case
-    module = _solution_module(MIXED_MLA_ONE_ROUND[0], tmp_path)
-    assert (module.ROUNDS, module.WARPS) == ("chunks", 4)  # as judged
-    module.ROUNDS = "once"
-    inputs = [torch.zeros(1, 1, 64, 512, dtype=torch.bfloat16)]
-    inputs += [torch.zeros(1, 256, 1, 528, dtype=torch.int8)]
-    inputs += [torch.zeros(1, 128, 1, 288, dtype=torch.int8)]
-    inputs += [torch.full((1, 1, n), -1, dtype=torch.int32) for n in (128, 512)]
-    with pytest.raises(ValueError, match="ROUNDS 'once'"):
-        module.run(*inputs, torch.zeros(64), 0.04, torch.empty(1, 1, 64, 512))
 
 
 def test_grouped_gemm_small_shapes():
