@@ -173,11 +173,11 @@ BLOCK_CAUSAL_DIAGONAL = (
     "--set",
     "ORDER=diagonal",
 )
-# the image blocks' edges with IMAGE_TILES "scanned", the ids scanned 32 at a time (several
-# windows a run): a query tile that lies in one image takes the keys up to the last whole
-# tile before the end of the image's run untested (in the second input, 128-191 takes
-# 192-255 so); text tiles scan nothing
-BLOCK_CAUSAL_SCANNED = (*BLOCK_CAUSAL_IMAGES, "--set", "IMAGE_TILES=scanned", "--set", "SCAN=32")
+# the image blocks' edges with the ids scanned 32 at a time (several windows a run; the
+# shipped SCAN 1024 takes each run in one): a query tile that lies in one image takes the
+# keys up to the last whole tile before the end of the image's run untested (in the second
+# input, 128-191 takes 192-255 so); text tiles scan nothing
+BLOCK_CAUSAL_SCANNED = (*BLOCK_CAUSAL_IMAGES, "--set", "SCAN=32")
 # Kernels whose programs share scratch (selection candidates, splits): run last program
 # first as well, where a program writing what another still reads fails. The QSA index as
 # first written stored its kept keys over an earlier row's (passing in forward order only).
@@ -557,12 +557,9 @@ def test_block_causal_takes_an_image_run_untested(tmp_path):
     # rounds the run's end up reads past the keys (the bounds check)
     found = _checked(*BLOCK_CAUSAL_SCANNED)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
+    # calls of one tile of keys or fewer tokens are compiled without the scan
     module = _solution_module(BLOCK_CAUSAL_SCANNED[0], tmp_path)
-    assert module.IMAGE_TILES == "tested"  # as judged
-    module.IMAGE_TILES = "scan"
-    x = torch.zeros(1, 70, 32, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="IMAGE_TILES 'scan'"):
-        module.run(x, x, x, torch.full((70,), -1, dtype=torch.int32), torch.empty_like(x))
+    assert [module.scans(n) for n in (25, 64, 65, 4125)] == [False, False, True, True]
 
 
 def test_poison_fills_what_torch_empty_returns(monkeypatch):
