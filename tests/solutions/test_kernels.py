@@ -515,7 +515,11 @@ def test_qsa_index_ties_at_the_cut():
     # and among distinct positives. A kernel whose ties go to higher ids, that scores relu
     # of the summed heads, keeps only the first segment's top or passes the segments'
     # candidates on without their keys fails one of them.
-    found = _checked(*QSA_TIES)
+    _qsa_cuts(QSA_TIES)
+
+
+def _qsa_cuts(arguments):
+    found = _checked(*arguments)
     assert [case["verdicts"] for case in found] == [[True], [True]], found
 
 
@@ -524,21 +528,18 @@ def test_qsa_index_ties_with_its_keys_reloaded():
     # every pass, as first judged; shipped since the H100's sweep: "held", read once and
     # kept in registers across the passes, where a variant that forgets the ties already
     # above the cut fails the test above).
-    found = _checked(*QSA_TIES_RELOADED)
-    assert [case["verdicts"] for case in found] == [[True], [True]], found
+    _qsa_cuts(QSA_TIES_RELOADED)
 
 
 def test_qsa_index_holds_more_than_4096_candidates():
     # The same cuts where the wide rows' second stage holds its 4,608 candidates in
     # registers (one chunk of 8,192, shipped).
-    found = _checked(*QSA_CANDIDATES_HELD)
-    assert [case["verdicts"] for case in found] == [[True], [True]], found
+    _qsa_cuts(QSA_CANDIDATES_HELD)
 
 
 def test_qsa_index_reads_its_candidates_in_chunks():
     # The same second stage in two chunks of 4,096, read again for every pass.
-    found = _checked(*QSA_CANDIDATES_CHUNKED)
-    assert [case["verdicts"] for case in found] == [[True], [True]], found
+    _qsa_cuts(QSA_CANDIDATES_CHUNKED)
 
 
 def _na_boxes(arguments):
