@@ -40,18 +40,28 @@ def own(request: dict):
 
 
 def judge_processes() -> set[int]:
-    """Processes of the workers' own uids (as root: from UID_BASE on)."""
+    """Processes of the workers' own uids (as root: from UID_BASE on), less those that
+    descend from a sibling of this process: under pytest-xdist the other worker judges too,
+    and its sandbox workers are its own (CI at 2147919 found one of them here)."""
     from inference_kernels.judge.sandbox import UID_BASE
 
-    found = set()
+    table = {}  # pid: (uid, parent pid)
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            line = next(x for x in status.read_text().splitlines() if x.startswith("Uid:"))
-        except (OSError, StopIteration):
+            fields = dict(x.split(":", 1) for x in status.read_text().splitlines() if ":" in x)
+            table[int(status.parent.name)] = (int(fields["Uid"].split()[0]), int(fields["PPid"]))
+        except (OSError, KeyError, ValueError):
             continue
-        if int(line.split()[1]) >= UID_BASE:
-            found.add(int(status.parent.name))
-    return found
+    siblings = {pid for pid, (_, up) in table.items() if up == os.getppid() and pid != os.getpid()}
+
+    def a_siblings(pid: int) -> bool:
+        while pid in table and pid > 1:
+            if pid in siblings:
+                return True
+            pid = table[pid][1]
+        return False
+
+    return {pid for pid, (uid, _) in table.items() if uid >= UID_BASE and not a_siblings(pid)}
 
 
 def raw(tensor: torch.Tensor) -> torch.Tensor:
