@@ -112,11 +112,13 @@ def summary(method: str, name: str, samples: list[float], iters: int, host: list
     low, high, coverage = median_interval(samples)
     result = {
         "method": name,
-        "median_us": statistics.median(samples),
+        # rounded as the samples are, so that the row's figures agree with its samples (a
+        # median that is the slowest sample was above the rounded maximum, CI at 2147919)
+        "median_us": round(statistics.median(samples), 4),
         "median_interval_us": [round(low, 4), round(high, 4)],  # order statistics (stats.py)
         "median_interval_coverage": round(coverage, 4),
-        "min_us": min(samples),
-        "max_us": max(samples),
+        "min_us": round(min(samples), 4),
+        "max_us": round(max(samples), 4),
         "stdev_us": statistics.stdev(samples) if len(samples) > 1 else 0.0,
         "calls_per_sample": iters,
         "samples_us": [round(s, 4) for s in samples],
