@@ -56,6 +56,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _value(text: str):
+    if text in ("True", "False"):
+        return text == "True"
     for kind in (int, float):
         try:
             return kind(text)

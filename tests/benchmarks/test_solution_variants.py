@@ -65,6 +65,7 @@ def test_one_workload_by_its_uuid_and_an_unknown_one():
 
 def test_settings_and_an_unknown_constant():
     assert solution_variants.settings(["BITS=4,8", "X=a"]) == {"BITS": [4, 8], "X": ["a"]}
+    assert solution_variants.settings(["PDL=False,True"]) == {"PDL": [False, True]}
     assert solution_variants.variants({}) == [{}]  # the solution as it is, once
     with pytest.raises(SystemExit, match="expected NAME=V1,V2"):
         solution_variants.settings(["BITS"])

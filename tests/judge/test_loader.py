@@ -4,7 +4,13 @@ from pathlib import Path
 import pytest
 
 from inference_kernels.dataset.layout import load_dataset
-from inference_kernels.judge.loader import SolutionLoadError, load_package, write_package
+from inference_kernels.judge.loader import (
+    SolutionLoadError,
+    load_package,
+    module_constants,
+    set_constants,
+    write_package,
+)
 from inference_kernels.judge.session import Request, judge
 from inference_kernels.schema import Solution
 
@@ -54,6 +60,23 @@ def test_sources_land_in_a_fresh_package_the_sandbox_user_can_read(tmp_path):
     with pytest.raises(SolutionLoadError, match="escapes the package"):
         write_package(escaping, tmp_path / "other")
     assert not (tmp_path / "outside.py").exists()
+
+
+def test_a_tools_settings_take_the_type_of_the_constant_they_replace(tmp_path):
+    # what the interpreter checks and the GPU's sweeps give a solution's tuning constants
+    # (--set NAME=VALUE): a bool from "False" is False, not bool("False")
+    definition = load_dataset(ROOT / "dataset").definitions[DEFINITION]
+    main = "FLAG, SIZE, WAY = True, 64, 'rows'\n" + DPS_MAIN
+    solution = make(main, True)
+    run = load_package(solution, definition, write_package(solution, tmp_path / "s")).run
+    set_constants(run, {"FLAG": "False", "SIZE": "128", "WAY": "vectors"}, "s")
+    assert [module_constants(run)[n] for n in ("FLAG", "SIZE", "WAY")] == [False, 128, "vectors"]
+    set_constants(run, {"FLAG": "True"}, "s")
+    assert module_constants(run)["FLAG"] is True
+    with pytest.raises(ValueError, match="s's FLAG is True or False, not 'no'"):
+        set_constants(run, {"FLAG": "no"}, "s")
+    with pytest.raises(ValueError, match="s has no module constant NOPE"):
+        set_constants(run, {"NOPE": "1"}, "s")
 
 
 def test_signature_is_checked_against_the_definition(tmp_path):

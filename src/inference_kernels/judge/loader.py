@@ -294,13 +294,20 @@ def module_constants(run: Callable[..., Any]) -> dict[str, Any]:
 
 def set_constants(run: Callable[..., Any], settings: dict[str, Any], owner: str) -> None:
     """Give module constants of ``owner``'s solution (``run``'s module) other values, each
-    converted to the type of the value it replaces ("64" for an int); ValueError naming the
-    first one the module does not have."""
+    converted to the type of the value it replaces ("64" for an int, "True" or "False" for
+    a bool: bool("False") would be True); ValueError naming the first one the module does
+    not have, or a bool's text that is neither."""
     constants = module_constants(run)
     for name, value in settings.items():
         if name not in constants:
             raise ValueError(f"{owner} has no module constant {name}")
-        constants[name] = type(constants[name])(value)
+        old = constants[name]
+        if isinstance(old, bool) and isinstance(value, str):
+            if value not in ("True", "False"):
+                raise ValueError(f"{owner}'s {name} is True or False, not {value!r}")
+            constants[name] = value == "True"
+        else:
+            constants[name] = type(old)(value)
 
 
 def _entry(
