@@ -49,9 +49,10 @@ INSTRUMENT = (  # (anchor in the shipped source, what replaces it)
         + "    T = _merged(D, kk, G, beta, rows, cols, SUB)\n"
         + _STOP.format(n=4, at="token_head", value="tl.sum(T, axis=1)", mask="valid"),
     ),
-    (
-        "\n):\n    slot = tl.program_id(0)",
-        "\n    STOP: tl.constexpr = 9,\n):\n    slot = tl.program_id(0)",
+    (  # (the launch here leaves PDL as shipped: False)
+        "    PDL: tl.constexpr,\n):\n    if PDL:  # _chunk_recur may launch",
+        "    PDL: tl.constexpr = False,\n    STOP: tl.constexpr = 9,\n):\n"
+        "    if PDL:  # _chunk_recur may launch",
     ),
 )
 

@@ -4,7 +4,10 @@ Loads the solution's source as the judge would, then times its two kernels (``_s
 with each tile configuration, then ``_select``) in a CUDA graph (triton's
 ``do_bench_cudagraph``) on stand-in-like inputs for a few token counts, and prints JSON:
 per token count the configurations from fastest to slowest with their microseconds, beside
-the configuration ``run`` picks today. A tuning aid on a CUDA machine, not a judged time:
+the configuration ``run`` picks today. The decode's GEMV is timed in its first form
+(``DECODE_SUM`` "each", any experts a program; the shipped "once" holds one), one program a
+tile over all of D (``SPLIT_K`` 1), without PDL. A tuning aid on a CUDA machine, not a
+judged time:
 
     PYTHONPATH=src python3 benchmarks/router_tuning.py > router-tuning.json
 """
@@ -68,12 +71,12 @@ def timed(main, m: int, dot: bool, config: dict) -> float:
         main._scores[grid](
             X, W, scores, m, E,
             D=D, BLOCK_M=block_m, BLOCK_E=config["block_e"], BLOCK_K=config["block_k"],
-            USE_DOT=dot, INTERPRETED=False,
+            USE_DOT=dot, SUM_ONCE=False, SPLIT=1, INTERPRETED=False, PDL=False,
             num_warps=config["warps"], num_stages=config.get("stages", 2),
         )  # fmt: skip
         main._select[(m,)](
             scores, bias_text, bias_image, image, ids, weights, 1.5, E,
-            TOP=6, BLOCK_E=triton.next_power_of_2(E),
+            TOP=6, BLOCK_E=triton.next_power_of_2(E), RAW=False, PDL=False,
         )  # fmt: skip
 
     call()
