@@ -4,8 +4,9 @@ set before triton is first imported (triton.language's own jit functions are dec
 then).
 
     TRITON_INTERPRET=1 python tests/solutions/kernel_check.py NAME [--wrong-scale] [--uuid U]
-        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--poison]
+        [--smallest] [--edges] [--axes T=13,Y=12,X=14] [--reversed] [--poison] [--pdl]
         [--set NAME=VALUE ...]
+    TRITON_INTERPRET=1 python tests/solutions/kernel_check.py - --pdl --pdl-selftest
 
 ``--edges`` checks hand-made inputs instead: the sparse MLA's corner cases, small grouped
 GEMMs, the QSA index's ties at the cut, image blocks across tiles of the block-causal
@@ -21,6 +22,11 @@ passes in one order only, as it might on a GPU, where they run together.
 scratch, the outputs) with NaN, or -1 for integers: on the CPU they often come back as
 zeros, which hides a kernel that reads memory it never wrote; a GPU's caching allocator
 hands back whatever was there.
+
+``--pdl`` emulates programmatic dependent launch, which the interpreter lacks (``emulate_pdl``):
+a kernel launched with ``launch_pdl`` reads what the kernel ahead of it wrote as poison in
+each of its programs until its gdc_wait, as it may on a GPU; ``--pdl-selftest`` checks the
+emulation on two kernels of its own.
 
 ``--set`` gives one of the solution's module constants (a tile size) another value: a
 real-size workload checked with wider tiles takes the interpreter fewer programs, while
@@ -39,6 +45,8 @@ import tempfile
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 from test_baselines import DATASET_INDEX, gdn_prefill_uneven, load_entry_point, same_bytes
 
 from inference_kernels.dataset.selection import input_bytes, select
@@ -62,16 +70,114 @@ def run_programs_reversed() -> None:
     )
 
 
+def _poison(tensor: torch.Tensor) -> torch.Tensor:
+    """NaN in a float tensor, -1 in an integer one, True in a boolean one (in place)."""
+    if tensor.dtype == torch.bool:
+        return tensor.fill_(True)
+    return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+
+
+def _storage_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole storage under ``tensor``, as bytes (a view)."""
+    return torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage())
+
+
+def emulate_pdl() -> None:
+    """Programmatic dependent launch, which the interpreter lacks (its gdc_wait raises). On
+    a GPU a kernel launched with ``launch_pdl`` may run before the kernel ahead of it has
+    ended, up to its griddepcontrol.wait. Here each of its programs starts with what the
+    kernel ahead wrote (the tensors of its arguments whose storage that kernel changed)
+    poisoned, restored at the program's gdc_wait (or at its end): a program that reads the
+    kernel ahead's output before its wait reads NaN (or -1). gdc_launch_dependents does
+    nothing. With --poison, scratch starts as NaN, so what a kernel writes changes it."""
+    import triton.language.extra.cuda as cuda
+    from triton.runtime import interpreter
+
+    state = {"written": set(), "scratch": [], "saved": None}
+
+    def restore() -> None:
+        if state["saved"] is not None:
+            for tensor, saved in zip(state["scratch"], state["saved"], strict=True):
+                tensor.copy_(saved)
+            state["saved"] = None
+
+    builder = interpreter.interpreter_builder
+    set_grid_idx = builder.set_grid_idx
+
+    def program(x, y, z):  # (the interpreter's grid loop calls it before each program)
+        restore()
+        if state["scratch"]:
+            state["saved"] = [tensor.clone() for tensor in state["scratch"]]
+            for tensor in state["scratch"]:
+                _poison(tensor)
+        set_grid_idx(x, y, z)
+
+    builder.set_grid_idx = program
+    cuda.gdc_wait = restore
+    cuda.gdc_launch_dependents = lambda: None
+
+    call = interpreter.GridExecutor.__call__
+
+    def launched(self, *args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        storages = {t.untyped_storage().data_ptr(): t for t in tensors}
+        before = {at: _storage_bytes(t).clone() for at, t in storages.items()}
+        if kwargs.get("launch_pdl"):
+            written = state["written"]
+            state["scratch"] = [t for t in tensors if t.untyped_storage().data_ptr() in written]
+        try:
+            call(self, *args, **kwargs)
+        finally:
+            restore()
+            state["scratch"] = []
+        state["written"] = {
+            at for at, t in storages.items() if not torch.equal(_storage_bytes(t), before[at])
+        }
+
+    interpreter.GridExecutor.__call__ = launched
+
+
+@triton.jit
+def _pdl_first(buffer_ptr, N: tl.constexpr):
+    at = tl.arange(0, N)
+    tl.store(buffer_ptr + at, (at + 1).to(tl.float32))
+
+
+@triton.jit
+def _pdl_second(buffer_ptr, out_ptr, N: tl.constexpr, WAIT_FIRST: tl.constexpr):
+    if WAIT_FIRST:
+        tl.extra.cuda.gdc_wait()
+    read = tl.load(buffer_ptr + tl.arange(0, N))
+    if not WAIT_FIRST:  # (too late: the read above may see the kernel ahead unfinished)
+        tl.extra.cuda.gdc_wait()
+    tl.store(out_ptr + tl.arange(0, N), read)
+
+
+def pdl_selftest() -> dict:
+    """The emulation itself (``emulate_pdl``, installed): a second kernel launched with PDL
+    after one that writes 1..16 reads them where it waits first; where it reads first it
+    reads poison; the first kernel's values are back after each."""
+    expected = torch.arange(1, 17, dtype=torch.float32)
+    found = {}
+    for name, wait_first in (("waits", True), ("reads_early", False)):
+        buffer, out = torch.zeros(16), torch.zeros(16)
+        _pdl_first[(1,)](buffer, N=16)
+        _pdl_second[(1,)](buffer, out, N=16, WAIT_FIRST=wait_first, launch_pdl=True)
+        found[name] = {
+            "read_the_values": torch.equal(out, expected),
+            "read_poison": bool(out.isnan().all()),
+            "restored": torch.equal(buffer, expected),
+        }
+    return found
+
+
 def poison_empty() -> None:
     """torch.empty and torch.empty_like return tensors filled with NaN (-1 for integers,
     True for booleans) instead of whatever the allocator had."""
 
     def filled(make):
         def made(*args, **kwargs):
-            tensor = make(*args, **kwargs)
-            if tensor.dtype == torch.bool:
-                return tensor.fill_(True)
-            return tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+            return _poison(make(*args, **kwargs))
 
         return made
 
@@ -358,6 +464,11 @@ def main() -> None:
         run_programs_reversed()
     if "--poison" in sys.argv:
         poison_empty()
+    if "--pdl" in sys.argv:
+        emulate_pdl()
+    if "--pdl-selftest" in sys.argv:
+        print(json.dumps(pdl_selftest()))
+        return
     solution = DATASET_INDEX.solutions[name]
     _, entry = load_entry_point(solution, Path(tempfile.mkdtemp()))
     # --set NAME=VALUE (repeatable): a module constant that run() reads when called

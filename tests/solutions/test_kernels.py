@@ -190,7 +190,21 @@ REVERSED = {
     "triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512": ("--edges", "--reversed"),
     "triton_noncausal_dense_attention_h32_d64": ("--edges", "--reversed"),
 }
+# Our calls' later kernels launched with programmatic dependent launch (PDL True, for the
+# GPU's sweep): kernel_check --pdl emulates it, each program of such a kernel reading what
+# the kernel ahead wrote as poison until its gdc_wait (a router whose _select reads the
+# scores before its wait fails both outputs); the QSA index's edges take all three kernels
+PDL_CHECKS = {
+    "triton_moe_router_gemm_topk_deepseek41_d5120_e384_topk6": ("--smallest",),
+    "triton_mixed_mla_decode_deepseek41_h64_d512_k8128_k4512": ("--smallest",),
+    "triton_qsa_index_topk_decode_qwen38_h4_d128_topk512_c4": ("--edges", "--set", "SEGMENT=1024"),
+    "triton_chunked_gdn_prefill_qk4_v8_d128_k_last": GDN_CHUNKS[1:],
+    "triton_qsa_sparse_gqa_decode_qwen38_h24_kv2_d256_topk512_c4": ("--smallest",),
+}
+PDL_SET = ("--set", "PDL=True", "--pdl", "--poison")
+PDL_SELFTEST = ("-", "--pdl", "--pdl-selftest")
 FIXED = {
+    "test_the_pdl_emulation_poisons_what_the_kernel_ahead_wrote_until_its_wait": PDL_SELFTEST,
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_routers_tensor_core_path_splits_d": ROUTER_SPLIT_K,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
@@ -241,6 +255,8 @@ def _planned(item: pytest.Item) -> tuple[str, ...] | None:
         return (name, "--edges")
     if item.originalname == "test_programs_in_reverse_order":
         return (name, *REVERSED[name])
+    if item.originalname == "test_later_kernels_launched_with_pdl_wait_for_the_kernel_ahead":
+        return (name, *PDL_CHECKS[name], *PDL_SET)
     return FIXED.get(item.originalname)
 
 
@@ -380,6 +396,18 @@ def test_the_routers_tensor_core_path():
     (case,) = _checked(*ROUTER_TILED)
     assert case["axes"] == {"M": 128}
     assert all(case["verdicts"]) and case["inputs_unchanged"], case
+
+
+@pytest.mark.parametrize("name", list(PDL_CHECKS))
+def test_later_kernels_launched_with_pdl_wait_for_the_kernel_ahead(name):
+    cases = _checked(name, *PDL_CHECKS[name], *PDL_SET)
+    assert cases and all(all(case["verdicts"]) for case in cases), cases
+
+
+def test_the_pdl_emulation_poisons_what_the_kernel_ahead_wrote_until_its_wait():
+    found = _checked(*PDL_SELFTEST)
+    assert found["waits"] == {"read_the_values": True, "read_poison": False, "restored": True}
+    assert found["reads_early"] == {"read_the_values": False, "read_poison": True, "restored": True}
 
 
 def test_the_routers_tensor_core_path_splits_d():
