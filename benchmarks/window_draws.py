@@ -1,12 +1,14 @@
 """What drawing a sample's secret windows costs the referee (``Fresh.draw``).
 
-Before every sample the referee draws a secret offset per floating input for each call
-(``judge/fresh.py``). Drawn one offset at a time from ``random.SystemRandom`` (a read of
-the system's randomness each), 4,000 calls of three inputs took 18-19 ms on the CI
-machine, and on the H200 a 4,000-call graph's samples came 55 ms apart where the gap is
-20 ms. Prints the milliseconds of both ways, per try, for ``--calls`` windows of the bias
-GEMM's three inputs (x 384 x 384, bias 384, weight 64 x 384, as spans of their pools),
-with the collector frozen and paused as in a case.
+Before every sample the referee draws a secret window per floating input for each call
+(``judge/fresh.py``): three offsets since the forty-first session, one before. Drawn one
+offset at a time from ``random.SystemRandom`` (a read of the system's randomness each),
+4,000 calls of three inputs, one offset each, took 18-19 ms on the CI machine, and on the
+H200 a 4,000-call graph's samples came 55 ms apart where the gap is 20 ms. Prints the
+milliseconds of both ways, per try, for ``--calls`` windows of the bias GEMM's three inputs
+(x 384 x 384, bias 384, weight 64 x 384, as spans of their pools), with the collector
+frozen and paused as in a case. (Forty-first session, three offsets each: one by one
+50-56 ms, ``draw`` 3.7-5.3 ms.)
 
     PYTHONPATH=src python3 benchmarks/window_draws.py [--calls 4000] [--tries 5]
 """
@@ -37,7 +39,10 @@ def main() -> None:
         with collector.paused():
             began = time.perf_counter()
             for _ in range(options.calls):
-                {index: system.randrange(span + 1) for index, span in fresh.spans.items()}
+                {
+                    index: tuple(system.randrange(span + 1) for _ in range(3))
+                    for index, span in fresh.spans.items()
+                }
             one_by_one.append(round((time.perf_counter() - began) * 1e3, 2))
             began = time.perf_counter()
             fresh.draw(options.calls)

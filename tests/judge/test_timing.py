@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from inference_kernels.judge import timing
-from inference_kernels.judge.fresh import Fresh
+from inference_kernels.judge.fresh import MIN_SPAN, Fresh
 from inference_kernels.judge.guards import aliased_inputs
 from inference_kernels.judge.schedule import MAX_CALLS, SAMPLE_MIN_SECONDS, plan
 from inference_kernels.judge.sets import InputSets
@@ -43,18 +43,50 @@ def test_fresh_windows_stay_in_range_differ_everywhere_and_keep_integers():
 
 
 def test_windows_are_drawn_over_every_offset_alike():
-    fresh = Fresh([torch.randn(64), torch.arange(3), torch.randn(40000)])
-    assert fresh.spans == {0: 4096, 2: 10000}
+    fresh = Fresh([torch.randn(64), torch.arange(3), torch.randn(400000)])
+    assert fresh.spans == {0: MIN_SPAN, 2: 100000}
     windows = fresh.draw(20000)
     assert len(windows) == 20000 and all(set(w) == {0, 2} for w in windows)
     for index, span in fresh.spans.items():
-        drawn = [w[index] for w in windows]
-        assert 0 <= min(drawn) and max(drawn) <= span
-        quarters = [sum(q * span <= 4 * d < (q + 1) * span for d in drawn) for q in range(4)]
-        assert all(4500 < n < 5500 for n in quarters), quarters  # (5,000 each, sd 61)
-    assert len({(w[0], w[2]) for w in windows}) > 19000  # windows, not one repeated
+        for which in range(3):  # first, second, chooser: each uniform, each its own
+            drawn = [w[index][which] for w in windows]
+            assert 0 <= min(drawn) and max(drawn) <= span
+            quarters = [sum(q * span <= 4 * d < (q + 1) * span for d in drawn) for q in range(4)]
+            assert all(4500 < n < 5500 for n in quarters), quarters  # (5,000 each, sd 61)
+    assert len({w[0] for w in windows}) > 19990  # windows, not one repeated
+    assert len({w[0][0] - w[0][1] for w in windows}) > 15000  # independent offsets (~18,000)
     assert [w[0] for w in windows[:50]] != [w[0] for w in fresh.draw(50)]  # never the same
     assert Fresh([torch.arange(3)]).draw(2) == [{}, {}]  # no floating input: no offsets
+
+
+def _runs(values: torch.Tensor, length: int) -> set[bytes]:
+    raw = values.reshape(-1).view(torch.uint8).numpy().tobytes()
+    width = values.element_size() * length
+    step = values.element_size()
+    return {raw[at : at + width] for at in range(0, len(raw) - width + 1, step)}
+
+
+def test_no_window_holds_a_run_of_another_or_of_the_pool():
+    """The red team's table attack (99ea315) placed each window it saw in the pool by a run
+    of 16 of its values, and answered a timed call by finding its window so. A window now
+    picks each element from one of two slices by secret bits: runs of 32 of a window's
+    values are in no other window and nowhere in the pool, at any shift (a run of 16 all
+    from one slice has a chance of 2^-16 at each element)."""
+    x = torch.randn(2000).bfloat16()  # (bfloat16: a value repeats in the pool by chance)
+    fresh = Fresh([x])
+    pool = _runs(fresh.pools[0], 32)
+    seen: set[bytes] = set()
+    for window in fresh.draw(40):
+        runs = _runs(fresh.window(0, window[0]), 32)
+        assert not runs & pool
+        assert not runs & seen
+        seen |= runs
+    first, second, chooser = fresh.draw(1)[0][0]
+    values = fresh.window(0, (first, second, chooser))
+    slices = fresh.pools[0][first : first + 2000], fresh.pools[0][second : second + 2000]
+    from_first = (values.view(torch.int16) == slices[0].view(torch.int16)).float().mean()
+    from_second = (values.view(torch.int16) == slices[1].view(torch.int16)).float().mean()
+    assert 0.4 < from_first < 0.6 and 0.4 < from_second < 0.6  # about half from each
 
 
 def test_two_workloads_never_share_pools():
@@ -115,7 +147,7 @@ def test_the_gpu_load_runs_only_on_a_cuda_device():
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float32, torch.float16])
 def test_pools_of_every_floating_dtype(dtype):
     x = (torch.rand(300) * 4 - 2).to(dtype)
-    window = Fresh([x]).inputs({0: 7})[0]
+    window = Fresh([x]).inputs({0: (7, 300, 11)})[0]
     assert window.dtype == dtype and torch.isfinite(window.float()).all()
 
 

@@ -34,7 +34,7 @@ import torch
 from .. import statuses
 from . import outside, protocol, timing
 from .clocks import Reader
-from .fresh import Fresh
+from .fresh import Call, Fresh
 from .outside import ALLOWANCE, TOLERANCE
 from .schedule import (
     MAX_CALLS,
@@ -124,7 +124,7 @@ class Sampler:
     fit: int = 1  # input sets that fit in memory
     grow: Any = None  # grow(count, sets) -> ``count`` sets replacing ``sets``, mapped
     # method -> (window, outputs) of the calls checked after the fact
-    checks: dict[str, list[tuple[dict[int, int], list[torch.Tensor]]]] = field(default_factory=dict)
+    checks: dict[str, list[tuple[Call, list[torch.Tensor]]]] = field(default_factory=dict)
     shapes: list[torch.Tensor] = field(default_factory=list)  # outputs' expected shape, dtype
     refs: dict[str, list] = field(default_factory=dict)  # per method, the last output references
     suspect: list[str] = field(default_factory=list)
@@ -152,7 +152,7 @@ class Sampler:
     def kind(self) -> str:
         return "cuda" if self.device.type == "cuda" else "cpu"
 
-    def go(self, method: str, index: int, windows: list[dict[int, int]]):
+    def go(self, method: str, index: int, windows: list[Call]):
         """Refresh the sets with ``windows``, run one sample on them; (the worker's report,
         with "same" outputs resolved, and the seconds the referee saw)."""
         calls = len(windows)
@@ -457,12 +457,12 @@ class Sampler:
             return {"error": reply.error} | asked
         return reply.model_dump(exclude={"op", "error"}) | asked
 
-    def _refresh(self, windows: list[dict[int, int]]) -> None:
+    def _refresh(self, windows: list[Call]) -> None:
         """Fresh values into the sets ``windows`` names (one per set, from the first)."""
         with self.watch.span("refresh"):
             self.sets.refresh(windows, self.fresh)
 
-    def _unchanged(self, windows: list[dict[int, int]], what: str) -> None:
+    def _unchanged(self, windows: list[Call], what: str) -> None:
         """Every set still holds what ``_refresh`` wrote, or the case ends: input_mutated."""
         with self.watch.span("compare"):
             changed = self.sets.changed(windows, self.fresh)

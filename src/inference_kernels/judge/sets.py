@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from .fresh import Fresh, floating
+from .fresh import Call, Fresh, floating
 from .shared import SharedBuffer, Slice, nbytes, reference
-from .windows import differ
 
 # On CUDA every set is compared with its window in one kernel (windows.differ). On the CPU,
 # sets compared at a time: the expected windows are written into one temporary
@@ -88,16 +87,16 @@ class InputSets:
             message.update(count=self.count, shared=shared)
         return message, fds
 
-    def refresh(self, windows: list[dict[int, int]], fresh: Fresh) -> None:
+    def refresh(self, windows: list[Call], fresh: Fresh) -> None:
         """Write window ``windows[j]`` into set ``j``, for every floating input; returns
         once the writes are done."""
         for index in fresh.pools:
-            offsets = [window[index] for window in windows]
-            fresh.gather(index, offsets, self.views[index][: len(windows)])
+            chosen = [window[index] for window in windows]
+            fresh.gather(index, chosen, self.views[index][: len(windows)])
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def changed(self, windows: list[dict[int, int]], fresh: Fresh | None) -> list[str]:
+    def changed(self, windows: list[Call], fresh: Fresh | None) -> list[str]:
         """Names of inputs whose bytes in sets ``0..len(windows)-1`` differ from what was
         written there (without ``fresh``: from the pristine values)."""
         count = len(windows)
@@ -105,17 +104,17 @@ class InputSets:
         for index, view in self.views.items():
             name, value = self.names[index], self.pristine[index]
             if fresh is not None and index in fresh.pools:
-                offsets = [w[index] for w in windows]
+                chosen = [w[index] for w in windows]
                 if view.is_cuda:
                     rows = view[:count].view(count, -1)
-                    flags.append((name, differ(fresh.pools[index], offsets, rows)))
+                    flags.append((name, fresh.differ(index, chosen, rows)))
                     continue
                 one = max(1, value.numel() * value.element_size())
                 chunk = max(1, min(CHECK_CHUNK, CHECK_BYTES // one))
                 for start in range(0, count, chunk):
                     stop = min(count, start + chunk)
                     expected = torch.empty_like(view[start:stop])
-                    fresh.gather(index, offsets[start:stop], expected)
+                    fresh.gather(index, chosen[start:stop], expected)
                     flags.append((name, _differs(view[start:stop], expected)))
             else:
                 used = view[:1] if self.shared(index) else view[:count]
