@@ -124,3 +124,30 @@ def test_nothing_is_bounded_where_nvml_does_not_list_the_referee_itself(monkeypa
     assert held(lambda pid: pid == worker) is None
     said = capsys.readouterr().out
     assert said.count("what a worker keeps between cases is not bounded") == 1
+
+
+def test_a_worker_whose_input_buffers_outgrew_its_pool_goes_at_the_end_of_its_case(
+    tmp_path, monkeypatch
+):
+    """A worker may keep POOL_CPU bytes of input buffers between its cases; one that holds
+    more goes as its case ends, its buffers with it, before any other solution's case (the
+    red team's finding at 99ea315: kept until the solution's own next case, the grouped
+    GEMMs' buffers of every solution judged before stayed mapped in the referee, which was
+    killed for memory during the next solution's case)."""
+    from inference_kernels.judge import referee as referee_module
+
+    referee, message = prepared_referee(tmp_path, ["eager"])
+    try:
+        verdict = referee.judge(message)
+        assert verdict["status"] == "passed"
+        (first,) = referee.workers.values()
+        held = first.pooled()
+        assert 0 < held <= referee_module.POOL_CPU
+        assert first.alive() and first.frozen  # within POOL_CPU: kept, frozen, for its next case
+        monkeypatch.setattr(referee_module, "POOL_CPU", 0)  # now any buffer is too much
+        verdict = referee.judge(message)
+        assert verdict["status"] == "passed"
+        assert not referee.workers and not first.alive()  # gone as its case ended
+        assert first.pool == []  # and its buffers freed
+    finally:
+        referee.close()

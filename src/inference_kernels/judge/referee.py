@@ -36,7 +36,7 @@ from ..materialize.references import (
 )
 from . import clocks, collector, device_memory, protocol, timing
 from .busy import Busy, products
-from .fresh import Fresh
+from .fresh import Call, Fresh
 from .loader import SolutionLoadError, compiled
 from .logs import redirect_output
 from .prefetch import Prefetcher
@@ -328,7 +328,7 @@ class Referee:
         except Exception as error:
             return f"the ambiguity function raised {type(error).__name__}: {error}"
 
-    def _check(self, method: str, window: dict[int, int], produced, verdict) -> None:
+    def _check(self, method: str, window: Call, produced, verdict) -> None:
         """Compare a timed call's outputs with the reference of the window it ran on."""
         job = self.current
         inputs = job.fresh.inputs(window)
@@ -348,9 +348,6 @@ class Referee:
         if failed is not None and not failed.ok:
             # the same sources fail to build or load again: no new worker, no build per case
             raise CaseEnded(failed.status, failed.error or "the solution did not load")
-        if isinstance(handle, WorkerHandle) and handle.pooled() > self._pool_limit():
-            handle.exit()  # its buffers can only be freed once it is gone
-            handle = None
         if handle is None or (isinstance(handle, WorkerHandle) and not handle.alive()):
             if isinstance(handle, WorkerHandle):
                 handle.stop()
@@ -400,6 +397,16 @@ class Referee:
             verdict["retired"] = reason
             self._retire(name)
 
+    def _bound_pool(self, name: str, worker: WorkerHandle) -> None:
+        """A worker whose input buffers outgrew what it may keep between its cases goes now,
+        with them (they can only be freed once it is gone), before any other solution's
+        case. (Kept until its own next case, as it was, the grouped GEMMs' 4.5 GB of
+        weights, two or three copies of them a solution, stayed mapped in the referee
+        through every later solution's cases: on the CPU the second solution judged got
+        ``reference_error``, the referee killed for memory, red team at 99ea315.)"""
+        if self.workers.get(name) is worker and worker.pooled() > self._pool_limit():
+            self._retire(name)
+
     def _pool_limit(self) -> int:
         """Bytes of input buffers a worker may keep between its cases."""
         if self.device.type == "cuda":
@@ -445,6 +452,7 @@ class Referee:
                         with self.watch.span("end"):  # the worker lets go, then is frozen
                             worker.end_case(self.watch)
                             self._bound_memory(solution.name, worker, verdict)
+                            self._bound_pool(solution.name, worker)
                     if self.profiled and solution.name in self.workers:
                         # The profiler may stay attached to the process (CUPTI is not
                         # always torn down): no later sample is timed in it.
