@@ -20,6 +20,7 @@ the same key at once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -466,6 +468,18 @@ class WorkerHandle:
     def owns(self, pid: int) -> bool:
         """Is ``pid`` one of this worker's processes?"""
         return belongs(pid, self.uid, self.process.pid)
+
+    @contextlib.contextmanager
+    def still(self) -> Iterator[None]:
+        """Every process of the worker stopped (SIGSTOP, as between its cases, without the
+        scan that checks it: a stop is not caught nor ignored), woken as it ends."""
+        if self.alive():
+            self._signal(signal.SIGSTOP)
+            self.frozen = True
+        try:
+            yield
+        finally:
+            self.thaw()
 
     def thaw(self) -> None:
         if self.frozen and self.alive():
