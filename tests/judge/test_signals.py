@@ -86,6 +86,24 @@ def test_a_workers_thaw_is_its_uids_signal_alone(sleepers, monkeypatch):
     assert _settled(lambda: all(p.poll() is not None for p in sleepers))
 
 
+def test_a_uids_wake_leaves_the_stopped_processes_of_its_session_stopped(sleepers):
+    """A SIGCONT reaches any process of the sender's session, whatever its uid: the
+    signaller's child leaves the session before it signals, so waking a worker's uid wakes
+    nothing else (CI at 41aa8da: the per-sample wake of a worker woke another test's
+    stopped process of another uid)."""
+    other = subprocess.Popen(["sleep", "60"], user=UID + 1, group=UID + 1, extra_groups=[])
+    try:
+        os.kill(other.pid, signal.SIGSTOP)
+        assert _settled(lambda: other.pid not in signals.running(UID + 1))
+        signals.signal_uid(UID, signal.SIGCONT)
+        time.sleep(0.2)
+        assert other.pid not in signals.running(UID + 1)  # still stopped
+        assert {p.pid for p in sleepers} <= set(signals.running(UID))
+    finally:
+        other.kill()
+        other.wait()
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/status") as status:
         return next(line.split()[1] for line in status if line.startswith("State:"))

@@ -8,11 +8,15 @@ import sys
 
 
 def signal_as(uid: int, signum: int) -> int:
-    """Fork a child that becomes ``uid`` and calls kill(-1, signum); its exit code."""
+    """Fork a child that becomes ``uid`` and calls kill(-1, signum); its exit code. The child
+    first leaves for a session of its own: a SIGCONT reaches any process of the sender's
+    session whatever its uid, and in the referee's session it woke processes others had
+    stopped (a test's stopped process, woken by the per-sample thaw of a worker beside it)."""
     child = os.fork()
     if child == 0:
         code = 1
         try:
+            os.setsid()
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
