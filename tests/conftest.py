@@ -1,3 +1,4 @@
+import atexit
 import fcntl
 import os
 import shutil
@@ -8,8 +9,9 @@ import pytest
 
 BUNDLED = Path(__file__).resolve().parents[1] / "dataset"
 # The judge's signing key lives in a folder of the test session, not the user's config
-# (subprocesses of the tests inherit it).
+# (subprocesses of the tests inherit it), removed when the session's process exits.
 os.environ["INFERENCE_KERNELS_CONFIG"] = tempfile.mkdtemp(prefix="ik-config-")
+atexit.register(shutil.rmtree, os.environ["INFERENCE_KERNELS_CONFIG"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
