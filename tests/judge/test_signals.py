@@ -104,6 +104,81 @@ def test_a_uids_wake_leaves_the_stopped_processes_of_its_session_stopped(sleeper
         other.wait()
 
 
+def test_a_stop_from_the_referees_own_thread_reaches_the_uid_alone(sleepers, monkeypatch):
+    """``stop_uid``: the calling thread takes the uid for its one kill(-1), with no fork
+    (neither the signaller nor the referee's), and then its own uid back; a process of
+    another uid runs on, as does the referee."""
+    import gc
+
+    def forked(*args):
+        raise AssertionError("a stop went through a fork")
+
+    monkeypatch.setattr(signals._signaller, "send", forked)
+    monkeypatch.setattr(signals, "signal_as", forked)
+    other = subprocess.Popen(["sleep", "60"], user=UID + 1, group=UID + 1, extra_groups=[])
+    try:
+        own = os.getresuid()
+        signals.stop_uid(UID)
+        assert os.getresuid() == own
+        assert gc.isenabled()
+        pids = {p.pid for p in sleepers}
+        assert _settled(lambda: not set(signals.running(UID)) & pids)  # all stopped
+        time.sleep(0.2)
+        assert other.pid in signals.running(UID + 1)
+        assert _state(os.getpid()) in ("R", "S")
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_stop_where_the_thread_cannot_take_the_uid_goes_through_the_signaller(
+    sleepers, monkeypatch
+):
+    asked = []
+    send = signals._signaller.send
+    monkeypatch.setattr(signals, "_libc", lambda: None)
+    monkeypatch.setattr(
+        signals._signaller, "send", lambda uid, signum: asked.append(signum) or send(uid, signum)
+    )
+    signals.stop_uid(UID)
+    assert asked == [signal.SIGSTOP]
+    assert _settled(lambda: not set(signals.running(UID)) & {p.pid for p in sleepers})
+
+
+def test_the_worker_is_stopped_before_the_referee_reads_a_samples_reply(tmp_path, monkeypatch):
+    """A sample's worker is halted as its reply arrives, before the referee parses it, maps
+    what it announces and copies the checked call's outputs: what the reply names is what
+    the worker had computed. (Running on, a thread of a solution's computed a sample's calls
+    after the reply while the referee mapped the 4,096 buffers it announced: passed at 9.1
+    us a call where the calls took 46-63; CPU, red team at 3cbba3c.)"""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from candidates import prepared_referee
+
+    from inference_kernels.judge import protocol
+
+    seen: list[str] = []
+    parse = protocol.parse
+    referee, message = prepared_referee(tmp_path, ["eager"])
+    try:
+
+        def parsing(answer, *expected):
+            if protocol.Sample in expected:  # (a stop lands within microseconds of its
+                (worker,) = referee.workers.values()  # signal; unhalted, nothing stops it)
+                pid = worker.process.pid
+                seen.append("T" if _settled(lambda: _state(pid) == "T", 0.5) else _state(pid))
+            return parse(answer, *expected)
+
+        monkeypatch.setattr(protocol, "parse", parsing)
+        verdict = referee.judge(message)
+        assert verdict["status"] == "passed", verdict
+        assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
+        assert set(seen) == {"T"}, seen
+    finally:
+        referee.close()
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/status") as status:
         return next(line.split()[1] for line in status if line.startswith("State:"))

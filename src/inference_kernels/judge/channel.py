@@ -16,6 +16,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 _HEADER = struct.Struct("<II")
@@ -64,9 +65,10 @@ class Channel:
         self.sock = sock
         # the messages read are a worker's (WorkerHandle): refused when padded with whitespace
         self.compact = compact
-        # time.perf_counter() when the last message had arrived whole. Not when its header
-        # came: a worker that sent the header at once and the body after its calls made
-        # the referee's outside time of a sample nil, and any time it reported passed.
+        # time.perf_counter() when the last message had arrived whole (and ``recv``'s
+        # ``arrival`` had run). Not when its header came: a worker that sent the header at
+        # once and the body after its calls made the referee's outside time of a sample
+        # nil, and any time it reported passed.
         self.arrived = 0.0
 
     @classmethod
@@ -125,8 +127,11 @@ class Channel:
             have += len(data)
         return b"".join(chunks)
 
-    def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], list[int]]:
-        """The next message and its descriptors (owned by the caller)."""
+    def recv(
+        self, deadline: float | None = None, arrival: Callable[[], None] | None = None
+    ) -> tuple[dict[str, Any], list[int]]:
+        """The next message and its descriptors (owned by the caller); ``arrival`` is called
+        as soon as the whole message is here, before anything of it is read."""
         fds: list[int] = []
         try:
             header = self._read(_HEADER.size, deadline, fds)
@@ -136,6 +141,8 @@ class Channel:
             if count != len(fds):
                 raise ProtocolError(f"announced {count} descriptors, passed {len(fds)}")
             body = self._read(length, deadline, None)
+            if arrival is not None:
+                arrival()
             self.arrived = time.perf_counter()
             if self.compact and len(body) - len(body.translate(None, _WHITESPACE)) > MAX_WHITESPACE:
                 raise ProtocolError("a message padded with whitespace")

@@ -136,10 +136,11 @@ class Sampler:
     # schedule, ``settle`` ends it right before the timed rounds, with the steady load, and
     # ``resume`` brings it back after them, for a method to be sampled again.
     alone: Callable[[], AbstractContextManager] = nullcontext
-    # ``still`` stops every process of the worker while the sets are refreshed (the
-    # referee's ``WorkerHandle.still``): no thread of a solution's reads a sample's inputs
-    # before the sample starts
-    still: Callable[[], AbstractContextManager] = nullcontext
+    # ``halt`` stops every process of the worker (``WorkerHandle.halt``; the worker halts
+    # itself as a sample's reply arrives) and ``wake`` lets it run again: halted while the
+    # sets are refreshed, no thread of a solution's reads a sample's inputs before it starts
+    halt: Callable[[], None] = lambda: None
+    wake: Callable[[], None] = lambda: None
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
@@ -164,6 +165,7 @@ class Sampler:
         if self.cold_l2 and self.kind == "cuda":
             timing.flush_l2(self.device, self._scratch)
         message = {"op": "go", "method": method, "index": index, "calls": calls}
+        self.wake()  # (before the clock: the wake's signal is the referee's time)
         sent = time.perf_counter()
         reply = self.worker.ask(message, [], protocol.Sample)
         outside = self.worker.channel.arrived - sent
@@ -467,7 +469,8 @@ class Sampler:
         each set's GEMM as soon as its inputs were written, before the sample started and
         outside both clocks: passed at 31.8 us a call where the calls took 294.7; CPU, red
         team at 366baf1.)"""
-        with self.watch.span("refresh"), self.still():
+        with self.watch.span("refresh"):
+            self.halt()
             self.sets.refresh(windows, self.fresh)
 
     def _unchanged(self, windows: list[Call], what: str) -> None:
