@@ -131,6 +131,13 @@ def test_a_stop_from_the_referees_own_thread_reaches_the_uid_alone(sleepers, mon
         other.wait()
 
 
+def test_a_stop_is_never_sent_as_the_referees_own_uid_or_root(monkeypatch):
+    monkeypatch.setattr(os, "kill", lambda pid, signum: pytest.fail("a signal was sent"))
+    for uid in {0, os.geteuid()}:
+        with pytest.raises(ValueError, match="not a worker's own"):
+            signals.stop_uid(uid)
+
+
 def test_a_stop_where_the_thread_cannot_take_the_uid_goes_through_the_signaller(
     sleepers, monkeypatch
 ):

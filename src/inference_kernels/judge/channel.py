@@ -65,10 +65,9 @@ class Channel:
         self.sock = sock
         # the messages read are a worker's (WorkerHandle): refused when padded with whitespace
         self.compact = compact
-        # time.perf_counter() when the last message had arrived whole (and ``recv``'s
-        # ``arrival`` had run). Not when its header came: a worker that sent the header at
-        # once and the body after its calls made the referee's outside time of a sample
-        # nil, and any time it reported passed.
+        # time.perf_counter() when the last message had arrived whole. Not when its header
+        # came: a worker that sent the header at once and the body after its calls made
+        # the referee's outside time of a sample nil, and any time it reported passed.
         self.arrived = 0.0
 
     @classmethod
@@ -141,9 +140,9 @@ class Channel:
             if count != len(fds):
                 raise ProtocolError(f"announced {count} descriptors, passed {len(fds)}")
             body = self._read(length, deadline, None)
+            self.arrived = time.perf_counter()
             if arrival is not None:
                 arrival()
-            self.arrived = time.perf_counter()
             if self.compact and len(body) - len(body.translate(None, _WHITESPACE)) > MAX_WHITESPACE:
                 raise ProtocolError("a message padded with whitespace")
             try:

@@ -124,6 +124,8 @@ def _as_uid(libc: ctypes.CDLL, uid: int) -> Iterator[bool]:
 def stop_uid(uid: int) -> None:
     """SIGSTOP every process of ``uid`` at once, from this thread (see the module's doc);
     through the signaller where this thread cannot take the uid."""
+    if uid in (0, *os.getresuid()):  # (its kill(-1) would stop the machine, or the referee)
+        raise ValueError(f"uid {uid} is not a worker's own")
     libc = _libc()
     if libc is not None:
         with _as_uid(libc, uid) as taken:
