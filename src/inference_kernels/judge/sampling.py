@@ -136,9 +136,10 @@ class Sampler:
     # schedule, ``settle`` ends it right before the timed rounds, with the steady load, and
     # ``resume`` brings it back after them, for a method to be sampled again.
     alone: Callable[[], AbstractContextManager] = nullcontext
-    # ``halt`` stops every process of the worker (``WorkerHandle.halt``; the worker halts
-    # itself as a sample's reply arrives) and ``wake`` lets it run again: halted while the
-    # sets are refreshed, no thread of a solution's reads a sample's inputs before it starts
+    # ``halt`` stops every process of the worker (``WorkerHandle.halt``; ``ask`` halts it
+    # as a sample's reply arrives) and ``wake`` lets it run again: halted from its reply
+    # until the sample's outputs are copied and its inputs compared, and while the sets are
+    # refreshed (no thread of a solution's reads a sample's inputs before it starts)
     halt: Callable[[], None] = lambda: None
     wake: Callable[[], None] = lambda: None
     settle: Callable[[], None] = lambda: None
@@ -184,6 +185,8 @@ class Sampler:
                     raise CaseEnded(statuses.PROTOCOL_VIOLATION, "outputs the same as none")
                 outputs = self.refs[method]
             self.refs[method] = outputs = self._slots(outputs, calls)
+        else:  # (nothing of an untimed sample is kept: its worker may finish its reply)
+            self.wake()
         return outputs, reply, outside
 
     def _slots(self, outputs: list, calls: int) -> list:
@@ -427,6 +430,11 @@ class Sampler:
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
+        # What the worker does after its reply (the collection it put off, its reply's
+        # bookkeeping) it finishes now, not in the next sample's time (CI at c95b1dd: an
+        # honest eager baseline seen at 4,389 us a call where it took 371); it is halted
+        # again while the next sample's inputs are written
+        self.wake()
         if not counted:
             phase.dropped.append(index)
             return seconds

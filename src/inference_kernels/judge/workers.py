@@ -477,12 +477,12 @@ class WorkerHandle:
         """Every process of the worker stopped (SIGSTOP, as between its cases, without the
         scan that checks it: a stop is not caught nor ignored) until ``thaw``, unless it is.
         A sample's worker is halted as its reply arrives (``ask``), before the referee reads
-        the reply, so that the outputs it names are what it has computed by then; it stays
-        halted while the referee copies the checked call's outputs, compares the inputs
-        and writes the next sample's. (Running on, a thread of a solution's computed a
-        sample's calls after the reply, while the referee parsed and mapped the thousands
-        of buffers the reply announced: passed at 9.1 us a call, where the calls took 46-63;
-        CPU, red team at 3cbba3c.)"""
+        the reply, so that the outputs it names are what it has computed by then, and stays
+        halted until the referee has copied the checked call's outputs and compared the
+        inputs (``Sampler``). (Running on, a thread of a solution's computed a sample's calls
+        after the reply, while the referee parsed and mapped the thousands of buffers the
+        reply announced: passed at 9.1 us a call, where the calls took 46-63; CPU, red team
+        at 3cbba3c.)"""
         if not self.frozen and self.alive():
             self._signal(signal.SIGSTOP)
             self.frozen = True
