@@ -192,8 +192,15 @@ class Ended(_Strict):
     op: Literal["ended"]
 
 
+class Awake(_Strict):
+    """The answer to "wake": the worker is back waiting for the referee, what it does after
+    a reply (the collection it put off) done."""
+
+    op: Literal["awake"]
+
+
 Message = Annotated[
-    Loaded | Failed | Checked | Mapped | Ready | Unavailable | Sample | Kernels | Ended,
+    Loaded | Failed | Checked | Mapped | Ready | Unavailable | Sample | Kernels | Ended | Awake,
     Field(discriminator="op"),
 ]
 _MESSAGE = TypeAdapter(Message)

@@ -728,7 +728,7 @@ class Referee:
         sampler.grow = lambda count, old: self._sets(worker, count, share, replacing=old)
         sampler.clock = self.clock
         sampler.watch = self.watch
-        sampler.halt, sampler.wake = worker.halt, worker.thaw
+        sampler.halt, sampler.wake, sampler.catch_up = worker.halt, worker.thaw, worker.catch_up
         if self.device.type == "cuda":  # the wall clock of the CPU does not rest
             sampler.gap = SAMPLE_GAP_SECONDS
         if self.device.type == "cuda" and regime == "sustained":  # a busy server's clocks

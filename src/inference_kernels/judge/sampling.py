@@ -142,6 +142,9 @@ class Sampler:
     # refreshed (no thread of a solution's reads a sample's inputs before it starts)
     halt: Callable[[], None] = lambda: None
     wake: Callable[[], None] = lambda: None
+    # ``catch_up`` wakes the worker and waits until it has done what it does after a reply
+    # (``WorkerHandle.catch_up``), before it is halted for the next sample's inputs
+    catch_up: Callable[[], None] = lambda: None
     settle: Callable[[], None] = lambda: None
     resume: Callable[[], None] = lambda: None
     watch: Stopwatch = field(default_factory=Stopwatch)  # the case's (its setup, refresh...)
@@ -186,7 +189,7 @@ class Sampler:
                 outputs = self.refs[method]
             self.refs[method] = outputs = self._slots(outputs, calls)
         else:  # (nothing of an untimed sample is kept: its worker may finish its reply)
-            self.wake()
+            self.catch_up()
         return outputs, reply, outside
 
     def _slots(self, outputs: list, calls: int) -> list:
@@ -430,11 +433,10 @@ class Sampler:
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
         self._unchanged(windows, f"{method} sample {index}")
-        # What the worker does after its reply (the collection it put off, its reply's
-        # bookkeeping) it finishes now, not in the next sample's time (CI at c95b1dd: an
-        # honest eager baseline seen at 4,389 us a call where it took 371); it is halted
-        # again while the next sample's inputs are written
-        self.wake()
+        # What the worker does after its reply (the collection it put off) it finishes now,
+        # not in the next sample's time; it is halted again while the next sample's inputs
+        # are written
+        self.catch_up()
         if not counted:
             phase.dropped.append(index)
             return seconds
@@ -478,6 +480,7 @@ class Sampler:
         outside both clocks: passed at 31.8 us a call where the calls took 294.7; CPU, red
         team at 366baf1.)"""
         with self.watch.span("refresh"):
+            self.catch_up()  # (after a message other than a sample's: a method's set-up)
             self.halt()
             self.sets.refresh(windows, self.fresh)
 

@@ -416,6 +416,8 @@ class Worker:
                 return self.kernels(message)
             if op == "go":
                 return self.go(message)
+            if op == "wake":
+                return {"op": "awake"}
             return self.end()
         except CallFailed as failure:
             self.outbox.sent()
