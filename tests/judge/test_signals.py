@@ -3,9 +3,11 @@ signaller process rather than from forks of the (large) referee, reach every pro
 the uid, and still arrive when the signaller is gone (started again, or a fork of the
 referee as before). Run as root, as CI and the judge's sandbox do."""
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -158,32 +160,23 @@ def test_the_worker_is_stopped_before_the_referee_reads_a_samples_reply(tmp_path
     the worker had computed. (Running on, a thread of a solution's computed a sample's calls
     after the reply while the referee mapped the 4,096 buffers it announced: passed at 9.1
     us a call where the calls took 46-63; CPU, red team at 3cbba3c.)"""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from candidates import prepared_referee
-
     from inference_kernels.judge import protocol
 
     seen: list[str] = []
     parse = protocol.parse
-    referee, message = prepared_referee(tmp_path, ["eager"])
-    try:
+    with _baseline_referee(tmp_path) as (referee, message):
 
         def parsing(answer, *expected):
             if protocol.Sample in expected:  # (a stop lands within microseconds of its
-                (worker,) = referee.workers.values()  # signal; unhalted, nothing stops it)
-                pid = worker.process.pid
+                pid = _worker_pid(referee)  # signal; unhalted, nothing stops it)
                 seen.append("T" if _settled(lambda: _state(pid) == "T", 0.5) else _state(pid))
             return parse(answer, *expected)
 
         monkeypatch.setattr(protocol, "parse", parsing)
         verdict = referee.judge(message)
-        assert verdict["status"] == "passed", verdict
-        assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
-        assert set(seen) == {"T"}, seen
-    finally:
-        referee.close()
+    assert verdict["status"] == "passed", verdict
+    assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
+    assert set(seen) == {"T"}, seen
 
 
 def test_the_worker_is_done_with_its_reply_before_the_next_inputs(tmp_path, monkeypatch):
@@ -194,11 +187,6 @@ def test_the_worker_is_done_with_its_reply_before_the_next_inputs(tmp_path, monk
     only for the next go, and at ee7affe, woken but not waited for: honest eager baselines
     seen at 4,389 and 2,035 us a call from outside where they took 371 and 479, under
     load.)"""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from candidates import prepared_referee
-
     from inference_kernels.judge.sets import InputSets
     from inference_kernels.judge.workers import WorkerHandle
 
@@ -215,11 +203,8 @@ def test_the_worker_is_done_with_its_reply_before_the_next_inputs(tmp_path, monk
 
     monkeypatch.setattr(WorkerHandle, "ask", asking)
     monkeypatch.setattr(InputSets, "refresh", refreshing)
-    referee, message = prepared_referee(tmp_path, ["eager"])
-    try:
+    with _baseline_referee(tmp_path) as (referee, message):
         verdict = referee.judge(message)
-    finally:
-        referee.close()
     assert verdict["status"] == "passed", verdict
     refreshes = [i for i, op in enumerate(log) if op == "refresh"]
     assert len(refreshes) >= 4
@@ -232,33 +217,43 @@ def _state(pid: int) -> str:
         return next(line.split()[1] for line in status if line.startswith("State:"))
 
 
+@contextlib.contextmanager
+def _baseline_referee(tmp_path):
+    """A CPU referee in this process with a workload of ``candidates.DEFINITION`` prepared
+    for its baseline, timed eagerly: (the referee, its judge message); closed after."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from candidates import prepared_referee
+
+    referee, message = prepared_referee(tmp_path, ["eager"])
+    try:
+        yield referee, message
+    finally:
+        referee.close()
+
+
+def _worker_pid(referee) -> int:
+    (worker,) = referee.workers.values()
+    return worker.process.pid
+
+
 def test_the_worker_is_stopped_while_a_samples_inputs_are_written(tmp_path, monkeypatch):
     """While the referee writes a sample's fresh inputs into the sets the worker maps, the
     worker runs nothing, and it runs again for the sample. (Running, a thread of a
     solution's computed each set's GEMM as its inputs were written, outside both clocks:
     passed at 31.8 us a call where the calls took 294.7; CPU, red team at 366baf1.)"""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from candidates import prepared_referee
-
     from inference_kernels.judge.sets import InputSets
 
     seen: list[tuple[str, str]] = []
     write = InputSets.refresh
-    referee, message = prepared_referee(tmp_path, ["eager"])
-    try:
+    with _baseline_referee(tmp_path) as (referee, message):
 
         def refresh(self, windows, fresh):
-            (worker,) = referee.workers.values()
-            before = _state(worker.process.pid)
+            before = _state(_worker_pid(referee))
             write(self, windows, fresh)
-            seen.append((before, _state(worker.process.pid)))
+            seen.append((before, _state(_worker_pid(referee))))
 
         monkeypatch.setattr(InputSets, "refresh", refresh)
         verdict = referee.judge(message)
-        assert verdict["status"] == "passed", verdict
-        assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
-        assert all(state == ("T", "T") for state in seen), seen  # stopped all along
-    finally:
-        referee.close()
+    assert verdict["status"] == "passed", verdict
+    assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
+    assert all(state == ("T", "T") for state in seen), seen  # stopped all along

@@ -444,8 +444,7 @@ class WorkerHandle:
                 pass
         with (watch or Stopwatch()).span("freeze"):
             if self.alive():
-                self._signal(signal.SIGSTOP)
-                self.frozen = True
+                self.halt()
                 if self.uid is not None and not self._stopped():
                     self._signal(signal.SIGKILL)  # something would not stop: it all goes
         self.release()
