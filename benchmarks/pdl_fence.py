@@ -5,14 +5,16 @@ A kernel of one program spins ``--spin-us`` on the device's global timer. It is 
 ``--calls`` times back to back and timed with CUDA events: as a plain launch; with PDL,
 letting the next launch start at once and never waiting for the one before (the attack);
 and with PDL and, between calls, an event recorded or a one-element memset (a fence the
-judge could put there). Each eagerly, and the plain, PDL and memset-fenced ones also as one
-CUDA graph of the same calls, and in a graph with an external event recorded between calls
-(an event-record node: not a kernel, so no programmatic edge runs through it), plain and
-with PDL. Prints JSON: microseconds per call of each, for the spin given and for a spin of
-2 us, where a fence's own cost shows. A time per call well under the spin is calls running
-together; a fenced plain time over the plain one is what the fence would cost every
-solution. GPU only (on an H100 at 3cbba3c, 20 us: PDL 0.62 us a call in a graph, 24.55
-eagerly; `docs/measurements/sandbox/h100-pdl-fence-3cbba3c.json`):
+judge could put there). Each eagerly, and the plain, PDL and memset-fenced ones also as
+one CUDA graph of the same calls, and in a graph with an external event recorded between
+calls (an event-record node: not a kernel, so no programmatic edge runs through it), plain
+and with PDL; and captured as the judge's worker captures (``timing.capture``: the calls
+put in order, ``call_order.py``), plain and with PDL. Prints JSON: microseconds per call
+of each, for the spin given and for a spin of 2 us, where a fence's own cost shows. A time
+per call well under the spin is calls running together; a fenced plain time over the plain
+one is what the fence would cost every solution. GPU only (on an H100 at 3cbba3c, 20 us:
+PDL 0.62 us a call in a graph, 24.55 eagerly; `docs/measurements/sandbox/h100-pdl-
+fence-3cbba3c.json`):
 
     PYTHONPATH=src python3 benchmarks/pdl_fence.py > pdl-fence.json
 """
@@ -26,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from inference_kernels.judge import timing
+
 
 @triton.jit
 def _spin(out_ptr, SPIN_NS: tl.constexpr, LET_NEXT: tl.constexpr):
@@ -36,6 +40,14 @@ def _spin(out_ptr, SPIN_NS: tl.constexpr, LET_NEXT: tl.constexpr):
     while now - start < SPIN_NS:
         now = tl.extra.cuda.globaltimer()
     tl.store(out_ptr, (now - start).to(tl.int32))
+
+
+def _one(out: torch.Tensor, i: int, spin_ns: int, pdl: bool):
+    def call() -> list[torch.Tensor]:
+        _spin[(1,)](out[i:], SPIN_NS=spin_ns, LET_NEXT=pdl, launch_pdl=pdl)
+        return [out[i : i + 1]]
+
+    return call
 
 
 def timed(calls: int, spin_ns: int, pdl: bool, fence: str, graph: bool) -> float:
@@ -54,7 +66,14 @@ def timed(calls: int, spin_ns: int, pdl: bool, fence: str, graph: bool) -> float
     launches()  # compiled and warm
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if graph:
+    if fence == "judge":  # captured as the worker captures: calls put in order
+        captured, _ = timing.capture(
+            [_one(out, i, spin_ns, pdl) for i in range(calls)], 1, out.device
+        )
+        torch.cuda.synchronize()
+        start.record()
+        captured.replay()
+    elif graph:
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured):
             launches()
@@ -86,6 +105,8 @@ def main() -> None:
         ("pdl, memset between, graph", True, "memset", True),
         ("plain, event node between, graph", False, "event node", True),
         ("pdl, event node between, graph", True, "event node", True),
+        ("plain, the judge's capture", False, "judge", True),
+        ("pdl, the judge's capture", True, "judge", True),
     ]
     results: dict = {"device": torch.cuda.get_device_name()}
     for spin_us in dict.fromkeys((args.spin_us, 2.0)):

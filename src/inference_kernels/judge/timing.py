@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from inference_kernels.judge import call_order
+
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
@@ -165,17 +167,35 @@ def capture(slots: list[Slot], warmup: int, device: torch.device) -> tuple[Any, 
         # Not ``torch.cuda.graph``: it empties the allocator's cache first, so that the
         # worker's next eager calls ask the driver for memory again (a candidate for the
         # 60 ms of a case's setup outside the capture, benchmarks/capture_cost.py).
-        graph = torch.cuda.CUDAGraph()
+        # Kept until its calls are put in order (call_order.py), then instantiated.
+        graph = _kept_graph()
+        calls = call_order.Calls(call_order.CudaGraphs(), side.cuda_stream)
         graph.capture_begin()
         try:
-            outputs = [slot() for slot in slots]
+            outputs = []
+            for slot in slots:
+                outputs.append(slot())
+                calls.mark()
         finally:
             graph.capture_end()
+    calls.serialize(graph.raw_cuda_graph())
+    graph.instantiate()
     torch.cuda.current_stream(device).wait_stream(side)
     _synchronize(device)
     graph.replay()
     _synchronize(device)
     return graph, outputs
+
+
+def _kept_graph() -> Any:
+    """A CUDA graph whose captured form stays editable until it is instantiated."""
+    try:
+        return torch.cuda.CUDAGraph(keep_graph=True)
+    except TypeError:  # (torch before keep_graph)
+        raise call_order.GraphOrderError(
+            "this torch cannot keep a captured graph to put its calls in order "
+            "(torch.cuda.CUDAGraph(keep_graph=True))"
+        ) from None
 
 
 class Graphs:

@@ -1,0 +1,230 @@
+"""A captured graph's calls one after another (call_order.py), on a stand-in for the
+driver's graph functions: what the worker does to a capture before it is instantiated.
+
+The property is checked by its own rule here, from what each edge means: a full edge lets
+its node start once the node ahead has ended; a partial one (programmatic dependent launch,
+launch completion) once the node ahead has started and let it. Every node of a call must
+end before any node of a later call starts."""
+
+import random
+
+import pytest
+
+from inference_kernels.judge.call_order import Calls, GraphOrderError
+
+FULL = 0
+PROGRAMMATIC = 0x010001  # from_port CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, type PROGRAMMATIC
+LAUNCH_ORDER = 0x000002  # from_port CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER
+
+
+class Graphs:
+    """The driver's graph functions over one graph (handle 7) held in Python."""
+
+    def __init__(self):
+        self.order: list[int] = []  # nodes, in the order listed
+        self.data: dict[tuple[int, int], int] = {}  # (from, to) -> edge data
+        self.next = 100
+
+    def launch(self, *after: int, data: int = FULL) -> int:
+        node, self.next = self.next, self.next + 1
+        self.order.append(node)
+        for ahead in after:
+            self.data[(ahead, node)] = data
+        return node
+
+    def capturing(self, stream: int) -> int:
+        assert stream == 3
+        return 7
+
+    def nodes(self, graph: int) -> list[int]:
+        assert graph == 7
+        return list(self.order)
+
+    def edges(self, graph: int) -> list[tuple[int, int, int]]:
+        return [(a, b, d) for (a, b), d in self.data.items()]
+
+    def remove(self, graph: int, edges) -> None:
+        for a, b, d in edges:
+            assert self.data.pop((a, b)) == d  # the edge as it is
+        self.removed = list(edges)
+
+    def add(self, graph: int, pairs) -> None:
+        for pair in pairs:
+            assert pair not in self.data  # one edge per pair of nodes
+            self.data[pair] = FULL
+
+
+def in_order(graphs: Graphs, calls: list[list[int]]) -> bool:
+    """Does every node of each call end before any node of a later call starts?"""
+    nodes = [n for call in calls for n in call]
+    starts_after: dict[int, set[int]] = {}  # nodes that start only after this one started
+    ends_before: dict[int, set[int]] = {}  # nodes that start only after this one ended
+    for node in reversed(nodes):  # (every edge runs from an earlier node to a later one)
+        later = [(b, d) for (a, b), d in graphs.data.items() if a == node]
+        starts_after[node] = set().union(*([{b} | starts_after[b] for b, _ in later] or [set()]))
+        ends_before[node] = set().union(
+            *([{b} | starts_after[b] for b, d in later if d == FULL] or [set()])
+        )
+    return all(
+        set(later_call) <= ends_before[a]
+        for k, call in enumerate(calls)
+        for a in call
+        for later_call in calls[k + 1 :]
+    )
+
+
+def captured(graphs: Graphs, build) -> Calls:
+    """Run ``build``'s calls as a capture would, marking after each."""
+    calls = Calls(graphs, 3)
+    for call in build:
+        call()
+        calls.mark()
+    return calls
+
+
+def test_plain_calls_one_after_another_are_left_as_captured():
+    graphs = Graphs()
+    tail = []
+
+    def call():
+        first = graphs.launch(*tail[-1:])
+        tail.append(graphs.launch(first))
+
+    calls = captured(graphs, [call] * 3)
+    before = dict(graphs.data)
+    assert in_order(graphs, calls.calls)
+    assert calls.serialize(7) == (0, 0)
+    assert graphs.data == before
+
+
+def test_a_call_launched_with_pdl_after_the_call_before_waits_for_all_of_it():
+    """The attack: each call's one kernel launched with PDL, never waiting."""
+    graphs = Graphs()
+    tail = []
+
+    def call():
+        tail.append(graphs.launch(*tail[-1:], data=PROGRAMMATIC))
+
+    calls = captured(graphs, [call] * 4)
+    assert not in_order(graphs, calls.calls)  # as captured, the calls may run together
+    assert calls.serialize(7) == (0, 3)  # three edges made full, none added
+    assert set(graphs.data.values()) == {FULL}
+    assert in_order(graphs, calls.calls)
+
+
+def test_a_call_whose_last_kernel_ends_early_is_waited_for_whole():
+    """A call's second kernel launched with PDL and never waiting may end before the
+    first: the next call must wait for the first too."""
+    graphs = Graphs()
+    tail = []
+
+    def call():
+        first = graphs.launch(*tail[-1:])
+        tail.append(graphs.launch(first, data=LAUNCH_ORDER))
+
+    calls = captured(graphs, [call] * 3)
+    assert not in_order(graphs, calls.calls)
+    assert calls.serialize(7) == (2, 0)  # each first kernel to the next call's
+    assert in_order(graphs, calls.calls)
+    assert list(graphs.data.values()).count(LAUNCH_ORDER) == 3  # within a call: as captured
+
+
+def test_work_left_on_another_stream_and_a_call_that_depends_on_nothing():
+    graphs = Graphs()
+    left: list[int] = []
+
+    def leaves_work():  # a side kernel nothing after it waits for
+        main = graphs.launch()
+        left.append(graphs.launch(main))
+
+    def depends_on_nothing():
+        graphs.launch()
+
+    calls = captured(graphs, [leaves_work, depends_on_nothing, leaves_work])
+    assert not in_order(graphs, calls.calls)
+    added, made_full = calls.serialize(7)
+    assert (added, made_full) == (2, 0)  # the side kernel, and the second call's node
+    assert in_order(graphs, calls.calls)
+
+
+def test_a_call_that_added_no_node_is_passed_over():
+    graphs = Graphs()
+    calls = captured(graphs, [lambda: graphs.launch(), lambda: None, lambda: graphs.launch()])
+    assert [len(c) for c in calls.calls] == [1, 0, 1]
+    assert calls.serialize(7) == (1, 0)
+    assert in_order(graphs, calls.calls)
+
+
+def test_nodes_listed_in_another_order_are_still_told_apart_by_call():
+    graphs = Graphs()
+    listed = graphs.nodes
+    graphs.nodes = lambda graph: list(reversed(listed(graph)))
+    made = []
+    calls = captured(graphs, [lambda: made.append([graphs.launch(), graphs.launch()])] * 3)
+    assert calls.calls == [sorted(c, reverse=True) for c in made]
+
+
+def test_a_graph_with_a_node_no_call_added_is_refused():
+    graphs = Graphs()
+    calls = captured(graphs, [lambda: graphs.launch()] * 2)
+    graphs.launch()  # (after the last call's mark)
+    with pytest.raises(GraphOrderError, match="1 nodes no call added"):
+        calls.serialize(7)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_capture_comes_out_in_order(seed):
+    """Random calls of several kernels: edges within a call and to the calls before, full
+    or partial, some nodes depending on nothing, some left unwaited for."""
+    rng = random.Random(seed)
+    graphs = Graphs()
+
+    def call():
+        made: list[int] = []
+        for _ in range(rng.randint(0, 4)):
+            pool = graphs.order[-8:]
+            after = rng.sample(pool, rng.randint(0, min(2, len(pool))))
+            made.append(graphs.launch(*after, data=rng.choice([FULL, FULL, PROGRAMMATIC])))
+
+    calls = captured(graphs, [call] * rng.randint(2, 6))
+    added, made_full = calls.serialize(7)
+    assert in_order(graphs, calls.calls)
+    assert all(a < b for a, b in graphs.data)  # every edge still runs forward: no cycle
+    assert added >= 0 and made_full >= 0
+
+
+@pytest.mark.gpu
+def test_the_workers_capture_of_pdl_calls_times_them_one_after_another():
+    """On sm_90: calls of one 20 us spin, each launched with PDL and letting the next launch
+    start at once (the attack of benchmarks/pdl_fence.py, 0.62 us a call in a plain graph on
+    an H100), captured as the worker captures: every edge full, each call its 20 us."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from inference_kernels.judge import call_order, timing
+
+    @triton.jit
+    def spin(out_ptr, SPIN_NS: tl.constexpr):
+        tl.extra.cuda.gdc_launch_dependents()  # the next call may start; never waits
+        start = tl.extra.cuda.globaltimer()
+        now = start
+        while now - start < SPIN_NS:
+            now = tl.extra.cuda.globaltimer()
+        tl.store(out_ptr, (now - start).to(tl.int32))
+
+    device, calls = torch.device("cuda"), 50
+    out = torch.zeros(calls, dtype=torch.int32, device=device)
+
+    def slot(i):
+        def call():
+            spin[(1,)](out[i:], SPIN_NS=20_000, launch_pdl=True)
+            return [out[i : i + 1]]
+
+        return call
+
+    graph, _ = timing.capture([slot(i) for i in range(calls)], 2, device)
+    edges = call_order.CudaGraphs().edges(graph.raw_cuda_graph())
+    assert len(edges) == calls - 1 and all(data == 0 for _, _, data in edges)
+    us, _ = timing.replay(graph, calls, device)
+    assert us > 19.0, us
