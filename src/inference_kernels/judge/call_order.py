@@ -16,12 +16,13 @@ first work depends on nothing, would overlap the same way.
 So the worker records, while it captures, which nodes each call added (``Calls.mark``),
 and before the graph is instantiated every node of a call is made to end before any first
 node of the next call starts (``serialize``): a node whose full edges do not already lead
-to that (directly, or through a node of its call that does) gets a full edge to each
-first node it does not reach, and a partial edge it has there is made full. A graph of
-plain launches, one call after another, is left as captured (no node is added, so an
-honest graph costs nothing at replay). A kernel of a call may still start early within
-its call, and the first kernel of a call launched with PDL loses only its overlap with
-the call before (the prologue an honest kernel runs before its wait), which the judge's
+to that (directly, or through a node of its call that does) gets a full edge to each first
+node it does not reach, or, where it has a partial edge there (or the edges would be
+many), a full edge to an empty node that those first nodes wait for. No edge is removed. A
+graph of plain launches, one call after another, is left as captured (nothing is added, so
+an honest graph costs nothing at replay). A kernel of a call may still start early within
+its call, and the first kernel of a call launched with PDL loses only its overlap with the
+call before (the prologue an honest kernel runs before its wait), which the judge's
 independent calls cannot tell from the attack.
 
 The driver's graph functions come from ``libcuda.so.1`` (``CudaGraphs``); the rule itself
@@ -54,7 +55,8 @@ class GraphApi(Protocol):
 
     def edges(self, graph: int) -> list[Edge]: ...
 
-    def remove(self, graph: int, edges: list[Edge]) -> None: ...
+    def empty(self, graph: int, after: list[int]) -> int:
+        """A new empty node, with a full edge from each of ``after``."""
 
     def add(self, graph: int, pairs: list[tuple[int, int]]) -> None:
         """Full edges (zero edge data) from each pair's first node to its second."""
@@ -71,8 +73,10 @@ class Calls:
     seen: set[int] = field(default_factory=set)
 
     def mark(self) -> None:
-        if self.graph is None:
-            self.graph = self.api.capturing(self.stream)
+        graph = self.api.capturing(self.stream)
+        if self.graph not in (None, graph):  # (a capture ended and another begun)
+            raise GraphOrderError("the calls were captured into more than one graph")
+        self.graph = graph
         nodes = self.api.nodes(self.graph)
         # Only the tail is read into Python (a capture of thousands of calls lists its
         # nodes thousands of times). Where the tail is not all new (nodes removed, or
@@ -84,15 +88,20 @@ class Calls:
         self.seen.update(tail)
 
     def serialize(self, graph: int) -> tuple[int, int]:
-        """Put the captured graph's calls in order (``serialize``); (edges added, edges
-        made full)."""
+        """Put the captured graph's calls in order (``serialize``); (full edges added,
+        empty nodes added)."""
         return serialize(self.api, graph, self.calls)
 
 
 def serialize(api: GraphApi, graph: int, calls: list[list[int]]) -> tuple[int, int]:
     """Make every node of each call end before any first node of the next call that added
-    nodes starts (see the module's doc); (edges added, edges made full). Raises
-    GraphOrderError when the graph holds nodes no call added or lacks one a call did."""
+    nodes starts (see the module's doc); (full edges added, empty nodes added). Raises
+    GraphOrderError when the graph holds nodes no call added or lacks one a call did.
+
+    No edge is removed (the driver refuses to remove one from a graph that holds memory
+    nodes): where a node of a call has a partial edge to a first node of the next, or
+    full edges from each node that needs one would outnumber those through one node, the
+    nodes that need it lead to an empty node that the first nodes wait for."""
     edges = api.edges(graph)
     present = set(api.nodes(graph))
     recorded = {node for nodes in calls for node in nodes}
@@ -110,33 +119,52 @@ def serialize(api: GraphApi, graph: int, calls: list[list[int]]) -> tuple[int, i
         if call_of[source] == call_of[target]:
             has_pred_in_call.add(target)
     added: list[tuple[int, int]] = []
-    made_full: list[Edge] = []
+    empties = through = 0
     filled = [nodes for nodes in calls if nodes]
     for ahead, behind in zip(filled, filled[1:], strict=False):
         firsts = {node for node in behind if node not in has_pred_in_call}
-        reached: dict[int, set[int]] = {}
-        for node in reversed(_in_order(ahead, out, call_of)):
-            done: set[int] = set()
-            partial: dict[int, Edge] = {}
-            for edge in out[node]:
-                _, target, data = edge
-                if data != 0:
-                    if target in firsts:
-                        partial[target] = edge
-                elif target in firsts:
-                    done.add(target)
-                elif target in reached:  # a node of this call, ordered after this one
-                    done |= reached[target]
-            for first in sorted(firsts - done):
-                if first in partial:
-                    made_full.append(partial[first])
-                added.append((node, first))
-            reached[node] = firsts
-    if made_full:
-        api.remove(graph, made_full)
+        needs, linked = _needs(ahead, firsts, out, call_of)
+        if not needs:
+            continue
+        waited = set().union(*needs.values())
+        pairs = sum(len(missing) for missing in needs.values())
+        if linked or pairs > len(needs) + len(waited):
+            empty = api.empty(graph, sorted(needs))
+            added += [(empty, first) for first in sorted(waited)]
+            empties, through = empties + 1, through + len(needs)
+        else:
+            added += [(node, first) for node, missing in needs.items() for first in sorted(missing)]
     if added:
         api.add(graph, added)
-    return len(added) - len(made_full), len(made_full)
+    return len(added) + through, empties
+
+
+def _needs(
+    ahead: list[int], firsts: set[int], out: dict[int, list[Edge]], call_of: dict[int, int]
+) -> tuple[dict[int, set[int]], bool]:
+    """The nodes of call ``ahead`` that do not yet end before each of ``firsts`` starts,
+    each with the first nodes it misses; and whether one of them has an edge (a partial
+    one) to a first node it misses. A node ends before a first node starts when a full edge
+    leads from it to that node, or to a node of its call that ends before it."""
+    needs: dict[int, set[int]] = {}
+    linked = False
+    reached: dict[int, set[int]] = {}
+    for node in reversed(_in_order(ahead, out, call_of)):
+        done: set[int] = set()
+        partial: set[int] = set()
+        for _, target, data in out[node]:
+            if data != 0:
+                partial.add(target)
+            elif target in firsts:
+                done.add(target)
+            elif target in reached:  # a node of this call, ordered after this one
+                done |= reached[target]
+        missing = firsts - done
+        if missing:
+            needs[node] = missing
+            linked = linked or bool(missing & partial)
+        reached[node] = firsts
+    return needs, linked
 
 
 def _in_order(nodes: list[int], out: dict[int, list[Edge]], call_of: dict[int, int]) -> list[int]:
@@ -170,11 +198,13 @@ class CudaGraphs:
     def __init__(self) -> None:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
-            self._info = lib.cuStreamGetCaptureInfo_v2
+            # (_v2 since CUDA 11.3, kept for older programs; _v3, CUDA 12.3, adds edge data)
+            self._info = getattr(lib, "cuStreamGetCaptureInfo_v2", None)
+            self._info_v3 = None if self._info else lib.cuStreamGetCaptureInfo_v3
             self._nodes = lib.cuGraphGetNodes
             self._edges = lib.cuGraphGetEdges_v2
             self._add = lib.cuGraphAddDependencies_v2
-            self._remove = lib.cuGraphRemoveDependencies_v2
+            self._empty = lib.cuGraphAddEmptyNode
         except (OSError, AttributeError) as error:
             raise GraphOrderError(
                 f"the driver cannot order a graph's calls (CUDA 12.3 or later): {error}"
@@ -189,12 +219,12 @@ class CudaGraphs:
 
     def capturing(self, stream: int) -> int:
         status, graph = ctypes.c_int(), ctypes.c_void_p()
-        self._check(
-            self._info(
-                ctypes.c_void_p(stream), ctypes.byref(status), None, ctypes.byref(graph), None, None
-            ),
-            "cuStreamGetCaptureInfo",
-        )
+        head = (ctypes.c_void_p(stream), ctypes.byref(status), None, ctypes.byref(graph))
+        if self._info is not None:
+            result = self._info(*head, None, None)
+        else:  # (dependencies, their edge data, their count)
+            result = self._info_v3(*head, None, None, None)
+        self._check(result, "cuStreamGetCaptureInfo")
         if status.value != 1 or not graph.value:  # CU_STREAM_CAPTURE_STATUS_ACTIVE
             raise GraphOrderError("the capture's stream is not capturing")
         return graph.value
@@ -220,19 +250,18 @@ class CudaGraphs:
         n = min(n, count.value)
         return list(zip(sources[:n], targets[:n], data[:n], strict=True))
 
-    def remove(self, graph: int, edges: list[Edge]) -> None:
-        n = len(edges)
-        sources, targets, data = zip(*edges, strict=True)
+    def empty(self, graph: int, after: list[int]) -> int:
+        node = ctypes.c_void_p()
         self._check(
-            self._remove(
+            self._empty(
+                ctypes.byref(node),
                 ctypes.c_void_p(graph),
-                (ctypes.c_uint64 * n)(*sources),
-                (ctypes.c_uint64 * n)(*targets),
-                (ctypes.c_uint64 * n)(*data),
-                ctypes.c_size_t(n),
+                (ctypes.c_uint64 * len(after))(*after),
+                ctypes.c_size_t(len(after)),
             ),
-            "cuGraphRemoveDependencies",
+            "cuGraphAddEmptyNode",
         )
+        return node.value
 
     def add(self, graph: int, pairs: list[tuple[int, int]]) -> None:
         n = len(pairs)
