@@ -154,6 +154,63 @@ def test_a_stop_where_the_thread_cannot_take_the_uid_goes_through_the_signaller(
     assert _settled(lambda: not set(signals.running(UID)) & {p.pid for p in sleepers})
 
 
+_WAKE_AS_A_REFEREE = """
+import sys
+from inference_kernels.judge import signals
+
+def forked(*args):
+    raise SystemExit("a wake went through a fork")
+
+signals._signaller.send = signals.signal_as = forked
+signals.wake_uid(int(sys.argv[1]))
+"""
+
+
+def test_a_wake_from_a_referee_that_leads_its_session_reaches_the_uid_alone(sleepers):
+    """``wake_uid`` in a process that leads a session of its own, as the referee does:
+    from its thread, no fork; the uid's processes run again, a stopped process of another
+    uid in another session (here, this test's) stays stopped."""
+    other = subprocess.Popen(["sleep", "60"], user=UID + 1, group=UID + 1, extra_groups=[])
+    pids = {p.pid for p in sleepers}
+    try:
+        os.kill(other.pid, signal.SIGSTOP)
+        signals.stop_uid(UID)
+        assert _settled(lambda: not set(signals.running(UID)) & pids)
+        assert _settled(lambda: other.pid not in signals.running(UID + 1))
+        woke = subprocess.run(
+            [sys.executable, "-c", _WAKE_AS_A_REFEREE, str(UID)],
+            start_new_session=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert woke.returncode == 0, woke.stderr
+        assert _settled(lambda: pids <= set(signals.running(UID)))  # all of them awake
+        time.sleep(0.2)
+        assert other.pid not in signals.running(UID + 1)  # still stopped
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_wake_outside_a_session_of_its_own_goes_through_the_signaller(sleepers, monkeypatch):
+    """Here (a test's process, in the session of whatever started it) a wake from this
+    thread would reach every stopped process of the session: it goes through the
+    signaller."""
+    assert os.getsid(0) != os.getpid()
+    asked = []
+    send = signals._signaller.send
+    monkeypatch.setattr(
+        signals._signaller, "send", lambda uid, signum: asked.append(signum) or send(uid, signum)
+    )
+    pids = {p.pid for p in sleepers}
+    signals.stop_uid(UID)
+    assert _settled(lambda: not set(signals.running(UID)) & pids)
+    signals.wake_uid(UID)
+    assert asked == [signal.SIGCONT]
+    assert _settled(lambda: pids <= set(signals.running(UID)))
+
+
 def test_the_worker_is_stopped_before_the_referee_reads_a_samples_reply(tmp_path, monkeypatch):
     """A sample's worker is halted as its reply arrives, before the referee parses it, maps
     what it announces and copies the checked call's outputs: what the reply names is what

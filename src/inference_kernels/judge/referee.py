@@ -756,6 +756,11 @@ def _least_work(roofline: dict, definition, workload, values: list) -> dict[str,
 
 def main(device: str, requests, replies, options: dict[str, Any], log: str) -> None:
     """Serve the lane's requests (prepare, judge, exit) in order."""
+    # A session of its own: a wake sent from this process's thread as a worker's uid then
+    # reaches, beyond that uid, only this session, where nothing is ever stopped
+    # (signals.wake_uid), not the lane's parent and the other lanes' referees.
+    with contextlib.suppress(OSError):  # (already leading one)
+        os.setsid()
     redirect_output(Path(log))
     referee = Referee(device, options)
     collector.freeze()  # torch, the judge's modules (collector.py)

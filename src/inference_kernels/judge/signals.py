@@ -15,8 +15,11 @@ A stop, the one signal whose moment counts (a sample's reply, ``WorkerHandle.hal
 no fork at all: the referee's calling thread takes the uid as its real and effective uid for
 the one kill(-1) and then its own back (``stop_uid``; a thread's credentials are its own,
 and the other threads of the referee keep theirs), about 30-60 us on the CI machine where the
-signaller's fork took about 1 ms, and 4-20 ms under load. A SIGCONT cannot go so: it reaches
-any process of the sender's session, whatever its uid.
+signaller's fork took about 1 ms, and 4-20 ms under load. A SIGCONT reaches any process of
+the sender's session, whatever its uid: a wake goes so only where the referee leads a session
+of its own (``referee.main`` makes one; every worker has its own), where nothing the judge
+stops lives (``wake_uid``); elsewhere, as in a test's process, it goes through the
+signaller, whose child leaves for a session of its own first.
 
 Without root (no uid of its own) a worker's processes are found by a scan of /proc from
 its root process.
@@ -124,17 +127,30 @@ def _as_uid(libc: ctypes.CDLL, uid: int) -> Iterator[bool]:
 def stop_uid(uid: int) -> None:
     """SIGSTOP every process of ``uid`` at once, from this thread (see the module's doc);
     through the signaller where this thread cannot take the uid."""
-    if uid in (0, *os.getresuid()):  # (its kill(-1) would stop the machine, or the referee)
+    if not _from_this_thread(uid, signal.SIGSTOP):
+        signal_uid(uid, signal.SIGSTOP)
+
+
+def wake_uid(uid: int) -> None:
+    """SIGCONT every process of ``uid`` at once: from this thread where this process leads
+    a session of its own (the referee's, ``referee.main``), through the signaller else."""
+    if os.getsid(0) != os.getpid() or not _from_this_thread(uid, signal.SIGCONT):
+        signal_uid(uid, signal.SIGCONT)
+
+
+def _from_this_thread(uid: int, signum: int) -> bool:
+    """Signal every process of ``uid`` from this thread, as the uid for one kill(-1);
+    whether it could take the uid (never root, nor the referee's own uid)."""
+    if uid in (0, *os.getresuid()):  # (its kill(-1) would reach the machine, or the referee)
         raise ValueError(f"uid {uid} is not a worker's own")
     libc = _libc()
-    if libc is not None:
-        with _as_uid(libc, uid) as taken:
-            if taken:  # (never a kill(-1) as root)
-                with contextlib.suppress(ProcessLookupError):  # (none of the uid is left)
-                    os.kill(-1, signal.SIGSTOP)
+    if libc is None:
+        return False
+    with _as_uid(libc, uid) as taken:
         if taken:
-            return
-    signal_uid(uid, signal.SIGSTOP)
+            with contextlib.suppress(ProcessLookupError):  # (none of the uid is left)
+                os.kill(-1, signum)
+    return taken
 
 
 def descendants(root: int) -> list[int]:

@@ -55,7 +55,7 @@ from .loader import (
 )
 from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
-from .signals import belongs, running, signal_tree, signal_uid, stop_uid
+from .signals import belongs, running, signal_tree, signal_uid, stop_uid, wake_uid
 from .stopwatch import Stopwatch
 
 LOG_BYTES = 8 << 20
@@ -456,6 +456,8 @@ class WorkerHandle:
         case in the H200 audit at ae23d6d, three scans of /proc among it; not yet split.)"""
         if self.uid is not None and signum == signal.SIGSTOP:
             stop_uid(self.uid)
+        elif self.uid is not None and signum == signal.SIGCONT:
+            wake_uid(self.uid)
         elif self.uid is not None:
             signal_uid(self.uid, signum)
         if self.uid is None or signum == signal.SIGKILL:
