@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -754,13 +755,31 @@ def _least_work(roofline: dict, definition, workload, values: list) -> dict[str,
     return {"flops": found.flops, "bytes": found.bytes, "math": checked.math}
 
 
+# How often a referee looks whether the run that started it is still there.
+PARENT_POLL_SECONDS = 0.5
+
+
+def _end_with(parent: int) -> None:
+    """Exit as soon as this process is no longer ``parent``'s (the run was killed), even
+    in the middle of a case: a referee left running would time its cases beside the
+    resumed run's. Its sandboxes end with it (bwrap --die-with-parent), its signaller and
+    prefetcher at the end of their input."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
+
+
 def main(device: str, requests, replies, options: dict[str, Any], log: str) -> None:
     """Serve the lane's requests (prepare, judge, exit) in order."""
     # A session of its own: a wake sent from this process's thread as a worker's uid then
     # reaches, beyond that uid, only this session, where nothing is ever stopped
-    # (signals.wake_uid), not the lane's parent and the other lanes' referees.
+    # (signals.wake_uid), not the lane's parent and the other lanes' referees. Signals to
+    # the run's process group or session (a closed terminal's hangup, a kill of the group)
+    # then no longer reach this process: it ends when its parent has gone instead.
+    parent = os.getppid()
     with contextlib.suppress(OSError):  # (already leading one)
         os.setsid()
+    threading.Thread(target=_end_with, args=(parent,), daemon=True).start()
     redirect_output(Path(log))
     referee = Referee(device, options)
     collector.freeze()  # torch, the judge's modules (collector.py)
