@@ -13,6 +13,8 @@ itself; a worker can only end its own case early with a failure.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
 import threading
 import time
@@ -755,17 +757,18 @@ def _least_work(roofline: dict, definition, workload, values: list) -> dict[str,
     return {"flops": found.flops, "bytes": found.bytes, "math": checked.math}
 
 
-# How often a referee looks whether the run that started it is still there.
-PARENT_POLL_SECONDS = 0.5
-
-
-def _end_with(parent: int) -> None:
-    """Exit as soon as this process is no longer ``parent``'s (the run was killed), even
-    in the middle of a case: a referee left running would time its cases beside the
-    resumed run's. Its sandboxes end with it (bwrap --die-with-parent), its signaller and
-    prefetcher at the end of their input."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_SECONDS)
+def _end_with_the_run() -> None:
+    """Exit as soon as the run that spawned this referee is gone (killed), even in the
+    middle of a case: a referee left running would hold its device and time its cases beside
+    the resumed run's. The run is the spawning process as multiprocessing recorded it before
+    this one existed (its sentinel: a pipe only it holds open), so a run that died while
+    this referee still started is seen too (a parent read at start would then be init; a
+    helper's review of ff36a99). Its sandboxes end with it (bwrap --die-with-parent), its
+    signaller and prefetcher at the end of their input."""
+    spawner = multiprocessing.parent_process()
+    if spawner is None:  # (not spawned by multiprocessing: nothing to watch)
+        return
+    multiprocessing.connection.wait([spawner.sentinel])
     os._exit(1)
 
 
@@ -776,10 +779,9 @@ def main(device: str, requests, replies, options: dict[str, Any], log: str) -> N
     # (signals.wake_uid), not the lane's parent and the other lanes' referees. Signals to
     # the run's process group or session (a closed terminal's hangup, a kill of the group)
     # then no longer reach this process: it ends when its parent has gone instead.
-    parent = os.getppid()
     with contextlib.suppress(OSError):  # (already leading one)
         os.setsid()
-    threading.Thread(target=_end_with, args=(parent,), daemon=True).start()
+    threading.Thread(target=_end_with_the_run, daemon=True).start()
     redirect_output(Path(log))
     referee = Referee(device, options)
     collector.freeze()  # torch, the judge's modules (collector.py)
