@@ -6,11 +6,15 @@ its node start once the node ahead has ended; a partial one (programmatic depend
 launch completion) once the node ahead has started and let it. Every node of a call must
 end before any node of a later call starts."""
 
+import ctypes
 import random
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from inference_kernels.judge.call_order import Calls, GraphOrderError
+from inference_kernels.judge.call_order import Calls, CudaGraphs, GraphOrderError
 
 FULL = 0
 PROGRAMMATIC = 0x010001  # from_port CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, type PROGRAMMATIC
@@ -246,6 +250,87 @@ def test_any_capture_comes_out_in_order(seed):
     added, empties = calls.serialize(7)
     assert in_order(graphs, calls.calls)  # (and no cycle: topological() holds)
     assert added >= 2 * empties >= 0
+
+
+STUB = Path(__file__).parent / "data/graph_driver_stub.c"
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """The driver's six functions as a C stand-in (data/graph_driver_stub.c), built here:
+    (its path, the library, with the tests' own stub_* functions)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler (the README's test setup installs g++ and its gcc)"
+    built = tmp_path_factory.mktemp("driver") / "libcuda-stand-in.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(built), str(STUB)], check=True)
+    library = ctypes.CDLL(str(built))  # (the same library CudaGraphs loads: one state)
+    library.stub_node.restype = ctypes.c_uint64
+    library.stub_edge.argtypes = [ctypes.c_uint64] * 3
+    library.stub_reset()
+    yield str(built), library
+    library.stub_reset()
+
+
+def _held(api: CudaGraphs, graph: int) -> Graphs:
+    """What the stand-in driver holds, read back through ``api``."""
+    held = Graphs()
+    held.order = list(api.nodes(graph))
+    held.data = {(a, b): d for a, b, d in api.edges(graph)}
+    return held
+
+
+def test_what_crosses_to_the_driver_is_what_it_expects(driver):
+    """Through ctypes to a C stand-in of the driver: the PDL attack (an empty node a
+    boundary) and a call whose first kernel ends unwaited for (direct edges), with node
+    handles of pointers' size."""
+    path, stub = driver
+    stub.stub_reset()
+    api = CudaGraphs(path)
+    calls = Calls(api, stream=0x5A5A)
+    tail: list[int] = []
+    for _ in range(4):  # each call's one kernel, with a programmatic edge from the last
+        node = stub.stub_node()
+        if tail:
+            assert stub.stub_edge(tail[-1], node, PROGRAMMATIC) == 0
+        tail.append(node)
+        calls.mark()
+    assert all(node > 2**40 for call in calls.calls for node in call)
+    assert calls.serialize(calls.graph) == (6, 3)
+    held = _held(api, calls.graph)
+    assert len(held.order) == 4 + 3
+    assert list(held.data.values()).count(PROGRAMMATIC) == 3  # none removed
+    assert in_order(held, calls.calls)
+
+    stub.stub_reset()
+    calls = Calls(api, stream=0x5A5A)
+    tail = []
+    for _ in range(3):  # two kernels a call, the second launch-ordered after the first
+        first = stub.stub_node()
+        if tail:
+            stub.stub_edge(tail[-1], first, FULL)
+        tail.append(stub.stub_node())
+        stub.stub_edge(first, tail[-1], LAUNCH_ORDER)
+        calls.mark()
+    assert calls.serialize(calls.graph) == (2, 0)
+    held = _held(api, calls.graph)
+    assert len(held.order) == 6 and in_order(held, calls.calls)
+
+
+def test_what_the_driver_refuses_ends_the_graph(driver):
+    path, stub = driver
+    stub.stub_reset()
+    api = CudaGraphs(path)
+    node = stub.stub_node()
+    calls = Calls(api, stream=0x5A5A)
+    calls.mark()
+    with pytest.raises(GraphOrderError, match="CUDA_ERROR_INVALID_VALUE"):
+        api.add(calls.graph, [(node, node + 1)])  # no such node
+    stub.stub_reset()
+    ctypes.c_int.in_dll(stub, "stub_capturing").value = 0
+    with pytest.raises(GraphOrderError, match="not capturing"):
+        Calls(api, stream=0x5A5A).mark()
+    with pytest.raises(GraphOrderError, match="cannot order"):
+        CudaGraphs(str(STUB.parent / "no-such-library.so"))
 
 
 @pytest.mark.gpu

@@ -193,11 +193,12 @@ def _in_order(nodes: list[int], out: dict[int, list[Edge]], call_of: dict[int, i
 
 class CudaGraphs:
     """``GraphApi`` through the driver (CUDA 12.3 or later: edges carry their data), in
-    the calling thread's current context."""
+    the calling thread's current context. ``library``: the driver's (tests load a stand-in
+    of its six functions, built from C, to check what crosses to it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: str = "libcuda.so.1") -> None:
         try:
-            lib = ctypes.CDLL("libcuda.so.1")
+            lib = ctypes.CDLL(library)
             # (_v2 since CUDA 11.3, kept for older programs; _v3, CUDA 12.3, adds edge data)
             self._info = getattr(lib, "cuStreamGetCaptureInfo_v2", None)
             self._info_v3 = None if self._info else lib.cuStreamGetCaptureInfo_v3
