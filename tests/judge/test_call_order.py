@@ -333,6 +333,20 @@ def test_what_the_driver_refuses_ends_the_graph(driver):
         CudaGraphs(str(STUB.parent / "no-such-library.so"))
 
 
+def test_a_driver_without_the_older_capture_info_is_asked_the_newer(driver, tmp_path):
+    path, stub = driver
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    only_v3 = tmp_path / "libcuda-v3.so"
+    subprocess.run(
+        [compiler, "-DONLY_V3", "-shared", "-fPIC", "-o", str(only_v3), str(STUB)], check=True
+    )
+    assert not hasattr(ctypes.CDLL(str(only_v3)), "cuStreamGetCaptureInfo_v2")
+    api = CudaGraphs(str(only_v3))
+    calls = Calls(api, stream=0x5A5A)
+    calls.mark()
+    assert calls.graph is not None and calls.calls == [[]]
+
+
 @pytest.mark.gpu
 def test_the_workers_capture_of_pdl_calls_times_them_one_after_another():
     """On sm_90: calls of one 20 us spin, each launched with PDL and letting the next launch

@@ -53,16 +53,27 @@ int cuGetErrorName(int error, const char **name) {
     return 0;
 }
 
-int cuStreamGetCaptureInfo_v2(void *stream, int *status, unsigned long long *id, void **out,
-                              const void ***dependencies, size_t *count) {
+/* _v3 (CUDA 12.3) adds the dependencies' edge data; built with -DONLY_V3 the stand-in has
+ * no _v2, as a driver that dropped it would not */
+int cuStreamGetCaptureInfo_v3(void *stream, int *status, unsigned long long *id, void **out,
+                              const void ***dependencies, const EdgeData **edge_data,
+                              size_t *count) {
     if (stream == NULL || status == NULL) return INVALID_VALUE;
     *status = stub_capturing;
     if (id) *id = 1;
     if (out) *out = &graph;
     if (dependencies) *dependencies = NULL;
+    if (edge_data) *edge_data = NULL;
     if (count) *count = 0;
     return 0;
 }
+
+#ifndef ONLY_V3
+int cuStreamGetCaptureInfo_v2(void *stream, int *status, unsigned long long *id, void **out,
+                              const void ***dependencies, size_t *count) {
+    return cuStreamGetCaptureInfo_v3(stream, status, id, out, dependencies, NULL, count);
+}
+#endif
 
 int cuGraphGetNodes(void *g, uintptr_t *out, size_t *count) {
     if (g != &graph || count == NULL) return INVALID_VALUE;
