@@ -314,3 +314,28 @@ def test_the_worker_is_stopped_while_a_samples_inputs_are_written(tmp_path, monk
     assert verdict["status"] == "passed", verdict
     assert len(seen) >= 4  # the calibration's, the sizing's and the timed samples'
     assert all(state == ("T", "T") for state in seen), seen  # stopped all along
+
+
+def test_a_samples_time_from_outside_begins_as_its_worker_can_run_again(tmp_path, monkeypatch):
+    """Whatever keeps the referee from its clock once the worker runs again is the sample's
+    time: a candidate's 32 processes in sessions of their own, woken by the wake's signal,
+    kept the referee from its clock for 2-25 ms and computed the sample's calls meanwhile
+    (passed at 14.7-35.7 us a call where they take 241-314; CPU, a helper's trial at
+    363b789). Here every wake keeps the referee 0.2 s after its signal."""
+    from inference_kernels.judge import workers
+
+    thaw = workers.WorkerHandle.thaw
+
+    def slow_thaw(self):
+        woken = thaw(self)
+        if woken is not None:
+            time.sleep(0.2)
+        return woken
+
+    monkeypatch.setattr(workers.WorkerHandle, "thaw", slow_thaw)
+    with _baseline_referee(tmp_path) as (referee, message):
+        verdict = referee.judge(message)
+    eager = verdict["timing"]["eager"]
+    seconds = [us * eager["calls_per_sample"] / 1e6 for us in eager["outside"]["samples_us"]]
+    assert min(seconds) > 0.2, seconds
+    assert verdict["status"] == "timing_suspect"  # (0.2 s a sample the worker's clock lacks)

@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,30 +128,40 @@ def _as_uid(libc: ctypes.CDLL, uid: int) -> Iterator[bool]:
 def stop_uid(uid: int) -> None:
     """SIGSTOP every process of ``uid`` at once, from this thread (see the module's doc);
     through the signaller where this thread cannot take the uid."""
-    if not _from_this_thread(uid, signal.SIGSTOP):
+    if _from_this_thread(uid, signal.SIGSTOP) is None:
         signal_uid(uid, signal.SIGSTOP)
 
 
-def wake_uid(uid: int) -> None:
+def wake_uid(uid: int) -> float:
     """SIGCONT every process of ``uid`` at once: from this thread where this process leads
-    a session of its own (the referee's, ``referee.main``), through the signaller else."""
-    if os.getsid(0) != os.getpid() or not _from_this_thread(uid, signal.SIGCONT):
-        signal_uid(uid, signal.SIGCONT)
+    a session of its own (the referee's, ``referee.main``), through the signaller else.
+    Returns the ``perf_counter`` at which the uid could first run again (taken right
+    before the signal, or before the signaller was asked)."""
+    if os.getsid(0) == os.getpid():
+        woken = _from_this_thread(uid, signal.SIGCONT)
+        if woken is not None:
+            return woken
+    woken = time.perf_counter()
+    signal_uid(uid, signal.SIGCONT)
+    return woken
 
 
-def _from_this_thread(uid: int, signum: int) -> bool:
-    """Signal every process of ``uid`` from this thread, as the uid for one kill(-1);
-    whether it could take the uid (never root, nor the referee's own uid)."""
+def _from_this_thread(uid: int, signum: int) -> float | None:
+    """Signal every process of ``uid`` from this thread, as the uid for one kill(-1): the
+    ``perf_counter`` right before the signal, or None where this thread cannot take the
+    uid (never root, nor the referee's own uid)."""
     if uid in (0, *os.getresuid()):  # (its kill(-1) would reach the machine, or the referee)
         raise ValueError(f"uid {uid} is not a worker's own")
     libc = _libc()
     if libc is None:
-        return False
+        return None
+    sent = None
     with _as_uid(libc, uid) as taken:
         if taken:
+            sent = time.perf_counter()
             with contextlib.suppress(ProcessLookupError):  # (none of the uid is left)
                 os.kill(-1, signum)
-    return taken
+    return sent
 
 
 def descendants(root: int) -> list[int]:
@@ -171,15 +182,20 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def signal_tree(root: int, signum: int) -> None:
+def signal_tree(root: int, signum: int) -> float:
     """Signal ``root`` and what runs below it, by a scan of /proc: a process that forks
-    and exits faster than the scan can stay ahead of it (see ``signal_uid``)."""
+    and exits faster than the scan can stay ahead of it (see ``signal_uid``). Returns the
+    ``perf_counter`` right before the first signal."""
+    first = None
     for _ in range(3):  # again, for what was forked while the first pass ran
         for pid in descendants(root):
+            if first is None:
+                first = time.perf_counter()
             try:
                 os.kill(pid, signum)
             except OSError:
                 pass
+    return time.perf_counter() if first is None else first
 
 
 def running(uid: int) -> list[int]:

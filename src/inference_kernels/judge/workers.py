@@ -449,19 +449,22 @@ class WorkerHandle:
                     self._signal(signal.SIGKILL)  # something would not stop: it all goes
         self.release()
 
-    def _signal(self, signum: int) -> None:
+    def _signal(self, signum: int) -> float | None:
         """With a uid of its own, the uid's signal reaches every process of the worker at
         once; a kill also goes down its process tree (the sandbox's own processes). A thaw
         does not: only the uid's processes are ever stopped. (Waking a worker took 58 ms a
-        case in the H200 audit at ae23d6d, three scans of /proc among it; not yet split.)"""
+        case in the H200 audit at ae23d6d, three scans of /proc among it; not yet split.)
+        For a SIGCONT, the ``perf_counter`` at which the worker could first run again."""
+        woken = None
         if self.uid is not None and signum == signal.SIGSTOP:
             stop_uid(self.uid)
         elif self.uid is not None and signum == signal.SIGCONT:
-            wake_uid(self.uid)
+            woken = wake_uid(self.uid)
         elif self.uid is not None:
             signal_uid(self.uid, signum)
         if self.uid is None or signum == signal.SIGKILL:
-            signal_tree(self.process.pid, signum)
+            woken = signal_tree(self.process.pid, signum)
+        return woken if signum == signal.SIGCONT else None
 
     def _stopped(self, seconds: float = 0.5) -> bool:
         """Has every process of the worker's uid stopped (a signal takes a moment)?"""
@@ -501,10 +504,14 @@ class WorkerHandle:
             self.ask({"op": "wake"}, [], protocol.Awake)
             self.settled = True
 
-    def thaw(self) -> None:
+    def thaw(self) -> float | None:
+        """Wake a halted worker: the ``perf_counter`` at which it could first run again
+        (None when it was not halted)."""
+        woken = None
         if self.frozen and self.alive():
-            self._signal(signal.SIGCONT)
+            woken = self._signal(signal.SIGCONT)
         self.frozen = False
+        return woken
 
     def lend(self, size: int, device: torch.device) -> Slice:
         """``size`` bytes for this case: the next free part of the arena with the least
