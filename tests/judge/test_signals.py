@@ -339,3 +339,36 @@ def test_a_samples_time_from_outside_begins_as_its_worker_can_run_again(tmp_path
     seconds = [us * eager["calls_per_sample"] / 1e6 for us in eager["outside"]["samples_us"]]
     assert min(seconds) > 0.2, seconds
     assert verdict["status"] == "timing_suspect"  # (0.2 s a sample the worker's clock lacks)
+
+
+def test_a_wake_by_scan_passes_once_and_says_when_it_began(monkeypatch):
+    """Without a uid of its own a worker is signalled by a scan of its process tree: a stop
+    or a kill scans three times (for what forked meanwhile), a wake once (a stopped
+    process forks nothing), and the wake's time is taken before its first signal: the
+    sample's clock starts there, so later scans would count against the worker."""
+    tree = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)",
+        ]
+    )
+    try:
+        time.sleep(0.5)
+        scans = []
+        descendants = signals.descendants
+        monkeypatch.setattr(
+            signals, "descendants", lambda root: scans.append(root) or descendants(root)
+        )
+        signals.signal_tree(tree.pid, signal.SIGSTOP)
+        pids = descendants(tree.pid)
+        assert len(pids) == 2 and len(scans) == 3
+        assert _settled(lambda: all(_state(pid) == "T" for pid in pids))
+        scans.clear()
+        before = time.perf_counter()
+        woken = signals.signal_tree(tree.pid, signal.SIGCONT)
+        assert len(scans) == 1 and before <= woken <= time.perf_counter()
+        assert _settled(lambda: all(_state(pid) in ("S", "R") for pid in pids))
+    finally:
+        signals.signal_tree(tree.pid, signal.SIGKILL)
+        tree.wait()

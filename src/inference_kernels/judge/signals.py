@@ -185,9 +185,10 @@ def descendants(root: int) -> list[int]:
 def signal_tree(root: int, signum: int) -> float:
     """Signal ``root`` and what runs below it, by a scan of /proc: a process that forks
     and exits faster than the scan can stay ahead of it (see ``signal_uid``). Returns the
-    ``perf_counter`` right before the first signal."""
+    ``perf_counter`` right before the first signal (a wake's: the sample's clock starts
+    there, so a wake scans once; a stopped process forks nothing to scan for again)."""
     first = None
-    for _ in range(3):  # again, for what was forked while the first pass ran
+    for _ in range(1 if signum == signal.SIGCONT else 3):  # again, for what forked meanwhile
         for pid in descendants(root):
             if first is None:
                 first = time.perf_counter()

@@ -453,8 +453,9 @@ class WorkerHandle:
         """With a uid of its own, the uid's signal reaches every process of the worker at
         once; a kill also goes down its process tree (the sandbox's own processes). A thaw
         does not: only the uid's processes are ever stopped. (Waking a worker took 58 ms a
-        case in the H200 audit at ae23d6d, three scans of /proc among it; not yet split.)
-        For a SIGCONT, the ``perf_counter`` at which the worker could first run again."""
+        case in the H200 audit at ae23d6d, three scans of /proc among it; a wake by scan
+        now scans once.) For a SIGCONT, the ``perf_counter`` at which the worker could
+        first run again."""
         woken = None
         if self.uid is not None and signum == signal.SIGSTOP:
             stop_uid(self.uid)
