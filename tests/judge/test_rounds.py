@@ -142,7 +142,10 @@ def test_the_rounds_samples_follow_one_another_after_the_sampler_gap():
     rounds = refreshed[-(len(ended) - 1) :]  # the rounds' refreshes, one a sample
     assert len(rounds) == schedule.MIN_ROUNDS
     waits = [start - end for end, start in zip(ended[:-1], rounds, strict=True)]
-    assert all(0.03 <= wait < 0.045 for wait in waits), waits  # no more than the gap
+    assert all(wait >= 0.03 for wait in waits), waits  # the gap, every time
+    # and no more than the gap: a wait of its own on top of the gap would move them all
+    # (one hiccup of the machine moves one: 0.055 s of six, CI at 43b75b8)
+    assert statistics.median(waits) < 0.045, waits
     made = sampler(ScriptedWorker(lambda method, index: 1000.0))  # the CPU's: no gap
     began = time.monotonic()
     made.time_methods(["graph"], None)
