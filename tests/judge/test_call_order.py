@@ -255,14 +255,20 @@ def test_any_capture_comes_out_in_order(seed):
 STUB = Path(__file__).parent / "data/graph_driver_stub.c"
 
 
+def _build(library: Path, *flags: str) -> Path:
+    """STUB built as ``library``."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler (the README's test setup installs g++ and its gcc)"
+    command = [compiler, *flags, "-shared", "-fPIC", "-O1", "-o", str(library), str(STUB)]
+    subprocess.run(command, check=True)
+    return library
+
+
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """The driver's six functions as a C stand-in (data/graph_driver_stub.c), built here:
     (its path, the library, with the tests' own stub_* functions)."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    assert compiler, "a C compiler (the README's test setup installs g++ and its gcc)"
-    built = tmp_path_factory.mktemp("driver") / "libcuda-stand-in.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(built), str(STUB)], check=True)
+    built = _build(tmp_path_factory.mktemp("driver") / "libcuda-stand-in.so")
     library = ctypes.CDLL(str(built))  # (the same library CudaGraphs loads: one state)
     library.stub_node.restype = ctypes.c_uint64
     library.stub_edge.argtypes = [ctypes.c_uint64] * 3
@@ -335,11 +341,7 @@ def test_what_the_driver_refuses_ends_the_graph(driver):
 
 def test_a_driver_without_the_older_capture_info_is_asked_the_newer(driver, tmp_path):
     path, stub = driver
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    only_v3 = tmp_path / "libcuda-v3.so"
-    subprocess.run(
-        [compiler, "-DONLY_V3", "-shared", "-fPIC", "-o", str(only_v3), str(STUB)], check=True
-    )
+    only_v3 = _build(tmp_path / "libcuda-v3.so", "-DONLY_V3")
     assert not hasattr(ctypes.CDLL(str(only_v3)), "cuStreamGetCaptureInfo_v2")
     api = CudaGraphs(str(only_v3))
     calls = Calls(api, stream=0x5A5A)

@@ -40,6 +40,16 @@ def _settled(check, seconds: float = 5.0) -> bool:
     return True
 
 
+def _signaller_asked(monkeypatch) -> list[int]:
+    """The signals the signaller is asked for from now on (it still sends them)."""
+    asked: list[int] = []
+    send = signals._signaller.send
+    monkeypatch.setattr(
+        signals._signaller, "send", lambda uid, signum: asked.append(signum) or send(uid, signum)
+    )
+    return asked
+
+
 def test_stop_and_continue_every_process_of_the_uid(sleepers):
     pids = {p.pid for p in sleepers}
     assert pids <= set(signals.running(UID))
@@ -143,12 +153,8 @@ def test_a_stop_is_never_sent_as_the_referees_own_uid_or_root(monkeypatch):
 def test_a_stop_where_the_thread_cannot_take_the_uid_goes_through_the_signaller(
     sleepers, monkeypatch
 ):
-    asked = []
-    send = signals._signaller.send
     monkeypatch.setattr(signals, "_libc", lambda: None)
-    monkeypatch.setattr(
-        signals._signaller, "send", lambda uid, signum: asked.append(signum) or send(uid, signum)
-    )
+    asked = _signaller_asked(monkeypatch)
     signals.stop_uid(UID)
     assert asked == [signal.SIGSTOP]
     assert _settled(lambda: not set(signals.running(UID)) & {p.pid for p in sleepers})
@@ -198,11 +204,7 @@ def test_a_wake_outside_a_session_of_its_own_goes_through_the_signaller(sleepers
     thread would reach every stopped process of the session: it goes through the
     signaller."""
     assert os.getsid(0) != os.getpid()
-    asked = []
-    send = signals._signaller.send
-    monkeypatch.setattr(
-        signals._signaller, "send", lambda uid, signum: asked.append(signum) or send(uid, signum)
-    )
+    asked = _signaller_asked(monkeypatch)
     pids = {p.pid for p in sleepers}
     signals.stop_uid(UID)
     assert _settled(lambda: not set(signals.running(UID)) & pids)
