@@ -23,7 +23,9 @@ network and UTS namespaces (and a user namespace when the judge is not root), wi
   process has (from UID_BASE on) and drops to it inside before it reads any solution code
   (``worker.drop_privileges``), so that its process limit and files are its alone; as
   another user, the user namespace shows it as uid 65534 (mapped to that user);
-- process, memory, file-size and open-file limits (``limits``), set before bwrap starts.
+- process, memory, file-size and open-file limits (``limits``), set before bwrap starts;
+- a system-call filter (``syscall_filter.py``): no session of its own (a scheduler
+  autogroup, another share of the CPU), no scheduling policy or slice of its own.
 
 Every process a solution starts lives in the sandbox's PID namespace, which dies with its
 worker: nothing outlives it. ``probe`` says whether such a sandbox can be made here.
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .gpu_nodes import Gpu, nodes_for
+from .syscall_filter import FilterUnavailable, open_program
 
 UID = GID = 65534  # nobody / nogroup: the identity inside a user namespace
 UID_BASE = 1_900_000_000  # as root, each worker's own uid and gid: UID_BASE + a random offset
@@ -279,12 +282,15 @@ class Sandbox:
         package: Path,
         cuda: bool,
         worker: list[str],
+        syscalls: int,
         build: Path | None = None,
         writable: bool = False,
         gpu: Gpu | None = None,
     ) -> list[str]:
+        """bwrap around ``worker``, which it starts under the system-call filter that the
+        descriptor ``syscalls`` holds (``syscall_filter.open_program``; pass it to bwrap)."""
         arguments = self.arguments(package, cuda, build, writable, gpu)
-        return [self.bwrap, *arguments, "--", *worker]
+        return [self.bwrap, *arguments, "--seccomp", str(syscalls), "--", *worker]
 
     def worker_command(
         self,
@@ -292,13 +298,14 @@ class Sandbox:
         cuda: bool,
         worker: list[str],
         uid: int,
+        syscalls: int,
         build: Path | None = None,
         writable: bool = False,
         gpu: Gpu | None = None,
     ) -> list[str]:
         """bwrap around the worker, told the identity to drop to (under root)."""
         worker = [*worker, "--sandboxed", str(uid)]
-        return self.command(package, cuda, worker, build, writable, gpu)
+        return self.command(package, cuda, worker, syscalls, build, writable, gpu)
 
 
 @functools.cache
@@ -311,8 +318,16 @@ def probe(bwrap: str | None) -> tuple[bool, str]:
         version = subprocess.run(
             [bwrap, "--version"], capture_output=True, text=True, timeout=20
         ).stdout.strip()
-        trial = Sandbox(bwrap).command(Path("/"), cuda=False, worker=["/bin/true"])
-        result = subprocess.run(trial, capture_output=True, text=True, timeout=60)
+        syscalls = open_program()
+        try:
+            trial = Sandbox(bwrap).command(Path("/"), False, ["/bin/true"], syscalls)
+            result = subprocess.run(
+                trial, capture_output=True, text=True, timeout=60, pass_fds=[syscalls]
+            )
+        finally:
+            os.close(syscalls)
+    except FilterUnavailable as error:
+        return False, str(error)
     except (OSError, subprocess.SubprocessError) as error:
         return False, f"{bwrap} cannot run: {error}"
     if result.returncode != 0:

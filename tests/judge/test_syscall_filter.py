@@ -1,0 +1,123 @@
+"""The worker's system-call filter (judge/syscall_filter.py): its program, run by an
+interpreter of classic BPF written here, and the calls it refuses inside a real sandbox."""
+
+import os
+import platform
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from inference_kernels.judge.sandbox import Sandbox, bwrap_path, probe
+from inference_kernels.judge.syscall_filter import (
+    ALLOW,
+    HOSTS,
+    REFUSE,
+    FilterUnavailable,
+    open_program,
+    program,
+)
+
+X86_64, I386, AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
+
+
+def _run(code: bytes, nr: int, arch: int) -> int:
+    """What the filter returns for call ``nr`` of ABI ``arch`` (the opcodes it uses)."""
+    data = struct.pack("<iI", nr, arch) + bytes(56)  # struct seccomp_data
+    instructions = [struct.unpack("<HBBI", code[i : i + 8]) for i in range(0, len(code), 8)]
+    a, pc = 0, 0
+    while True:
+        op, yes, no, k = instructions[pc]
+        if op == 0x20:
+            a = struct.unpack_from("<I", data, k)[0]
+        elif op in (0x15, 0x35):
+            taken = a == k if op == 0x15 else a >= k
+            pc += yes if taken else no
+        elif op == 0x06:
+            return k
+        else:
+            raise AssertionError(f"opcode {op:#x}")
+        pc += 1
+
+
+@pytest.mark.parametrize(
+    ("machine", "arch", "refused", "allowed"),
+    [
+        # setsid, sched_setattr, sched_setscheduler, sched_setparam | read, clone, getpid
+        ("x86_64", X86_64, [112, 314, 144, 142], [0, 56, 39, 111, 113, 143, 315]),
+        ("aarch64", AARCH64, [157, 274, 119, 118], [63, 220, 172, 156, 158]),
+    ],
+)
+def test_the_program_refuses_exactly_the_named_calls(machine, arch, refused, allowed):
+    code = program(machine)
+    assert [_run(code, nr, arch) for nr in refused] == [REFUSE] * 4
+    assert [_run(code, nr, arch) for nr in allowed] == [ALLOW] * len(allowed)
+
+
+def test_every_call_of_another_abi_is_refused():
+    # x86_64's 32-bit entry (int 0x80: setsid is 66 there) and its x32 numbers
+    code = program("x86_64")
+    assert [_run(code, nr, I386) for nr in (66, 20, 3)] == [REFUSE] * 3
+    assert _run(code, 0x40000000 | 112, X86_64) == REFUSE
+    assert _run(code, 0x40000000 | 39, X86_64) == REFUSE
+    assert _run(program("aarch64"), 157, 0x40000028) == REFUSE  # arm32 on arm64
+
+
+def test_an_unknown_architecture_has_no_program():
+    with pytest.raises(FilterUnavailable, match="x86_64 and aarch64, not riscv64"):
+        program("riscv64")
+    assert set(HOSTS) == {"x86_64", "aarch64"}
+
+
+SCRIPT = r"""
+import ctypes, os, struct, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    result = libc.syscall(*args)
+    return "ok" if result >= 0 else os.strerror(ctypes.get_errno())
+attr = struct.pack("<IIQiIQQQII", 56, 0, 0, 0, 0, 100000, 0, 0, 0, 1024)  # a 0.1 ms slice
+slice_ = ctypes.create_string_buffer(attr)
+param = ctypes.create_string_buffer(struct.pack("<i", 0))
+print("setsid", call(112))
+print("sched_setattr", call(314, 0, slice_, 0))
+print("sched_setscheduler", call(144, 0, 0, param))
+print("sched_setparam", call(142, 0, param))
+print("x32_getpid", call(0x40000000 | 39))
+print("getpid", call(39))
+print("child", subprocess.run(["echo", "runs"], capture_output=True, text=True).stdout.strip())
+try:
+    subprocess.run(["true"], start_new_session=True)
+    print("new_session ok")
+except OSError as error:
+    print("new_session", error.strerror)
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the script's call numbers")
+def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
+    ok, why = probe(bwrap_path())
+    if not ok:
+        pytest.skip(why)
+    sandbox = Sandbox(bwrap_path(), secrets=[])
+    syscalls = open_program()
+    try:
+        command = sandbox.command(tmp_path, False, [sys.executable, "-c", SCRIPT], syscalls)
+        done = subprocess.run(command, capture_output=True, text=True, pass_fds=[syscalls])
+    finally:
+        os.close(syscalls)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines == {
+        "setsid": "Operation not permitted",
+        "sched_setattr": "Operation not permitted",
+        "sched_setscheduler": "Operation not permitted",
+        "sched_setparam": "Operation not permitted",
+        "x32_getpid": "Operation not permitted",
+        "getpid": "ok",
+        "child": "runs",
+        "new_session": "Operation not permitted",
+    }
+    # outside the sandbox, the same calls are the host's to make
+    outside = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
+    assert "sched_setparam ok" in outside.stdout and "x32_getpid" in outside.stdout
