@@ -111,6 +111,10 @@ def limits(memory: int, uid: int) -> dict[int, int]:
         resource.RLIMIT_FSIZE: FILE_BYTES,
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_NOFILE: OPEN_FILES,
+        # no priority above the default (nice below 0, its session's autogroup's too), no
+        # real-time priority: one share of the CPU, however generous the host's limits
+        resource.RLIMIT_NICE: 0,
+        resource.RLIMIT_RTPRIO: 0,
     }
 
 

@@ -1,15 +1,18 @@
-"""The worker's system-call filter (judge/syscall_filter.py): its program, run by an
-interpreter of classic BPF written here, and the calls it refuses inside a real sandbox."""
+"""A worker's share of the CPU is its one session's, at the default priority: the system-
+call filter (judge/syscall_filter.py), its program run by an interpreter of classic BPF
+written here and the calls it refuses inside a real sandbox, and the priority limits
+(sandbox.limits)."""
 
 import os
 import platform
+import resource
 import struct
 import subprocess
 import sys
 
 import pytest
 
-from inference_kernels.judge.sandbox import Sandbox, bwrap_path, probe
+from inference_kernels.judge.sandbox import Sandbox, apply_limits, bwrap_path, limits, probe
 from inference_kernels.judge.syscall_filter import (
     ALLOW,
     HOSTS,
@@ -20,6 +23,7 @@ from inference_kernels.judge.syscall_filter import (
 )
 
 X86_64, I386, AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
+NICE_LIMITS = (resource.RLIMIT_NICE, resource.RLIMIT_RTPRIO)
 
 
 def _run(code: bytes, nr: int, arch: int) -> int:
@@ -121,3 +125,74 @@ def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
     # outside the sandbox, the same calls are the host's to make
     outside = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
     assert "sched_setparam ok" in outside.stdout and "x32_getpid" in outside.stdout
+
+
+NICE_SCRIPT = r"""
+import os
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, -5)
+    print("nice", os.getpriority(os.PRIO_PROCESS, 0))
+except OSError as error:
+    print("nice", error.strerror)
+try:
+    with open("/proc/self/autogroup", "w") as group:
+        group.write("-5")
+    print("autogroup", open("/proc/self/autogroup").read().split()[-1])
+except OSError as error:
+    print("autogroup", error.strerror)
+"""
+
+
+def _can_raise_nice() -> bool:
+    try:
+        subprocess.run(
+            [sys.executable, "-c", "import resource as r; r.setrlimit(r.RLIMIT_NICE, (40, 40))"],
+            check=True,
+            capture_output=True,
+        )
+        return True
+    except subprocess.CalledProcessError:
+        return False
+
+
+def test_a_workers_limits_hold_its_priority_to_the_default():
+    values = limits(1 << 40, 0)
+    assert [values[k] for k in NICE_LIMITS] == [0, 0]
+
+
+@pytest.mark.skipif(not _can_raise_nice(), reason="raising RLIMIT_NICE takes CAP_SYS_RESOURCE")
+def test_a_worker_gets_no_priority_above_the_default_whatever_the_hosts_limit(tmp_path):
+    ok, why = probe(bwrap_path())
+    if not ok:
+        pytest.skip(why)
+    sandbox = Sandbox(bwrap_path(), secrets=[])
+    values = {k: v for k, v in limits(1 << 40, 0).items() if k in NICE_LIMITS}
+
+    def generous_host(ours: bool):
+        def before_exec():
+            resource.setrlimit(resource.RLIMIT_NICE, (40, 40))  # nice down to -20 allowed
+            if ours:
+                apply_limits(values)
+
+        return before_exec
+
+    seen = {}
+    for ours in (False, True):
+        syscalls = open_program()
+        try:
+            command = sandbox.command(
+                tmp_path, False, [sys.executable, "-c", NICE_SCRIPT], syscalls
+            )
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                pass_fds=[syscalls],
+                preexec_fn=generous_host(ours),
+            )
+        finally:
+            os.close(syscalls)
+        assert done.returncode == 0, done.stderr
+        seen[ours] = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert seen[False] == {"nice": "-5", "autogroup": "-5"}  # what the limits take away
+    assert seen[True] == {"nice": "Permission denied", "autogroup": "Permission denied"}
