@@ -37,6 +37,7 @@ from inference_kernels.judge.sandbox import (
     probe,
 )
 from inference_kernels.judge.shared import Inbox, Outbox
+from inference_kernels.judge.syscall_filter import open_program
 
 SIZE = 64 << 20
 
@@ -75,12 +76,19 @@ def child(fd: int) -> None:
     channel.recv()
 
 
-def timed(command: list[str], runs: int = 5, **kwargs) -> float:
+def timed(command, runs: int = 5) -> float:
+    """Median seconds of ``command()``'s command; a callable of the seccomp descriptor
+    (bwrap reads the program through it, one descriptor a run), or a plain list."""
     seconds = []
     for _ in range(runs):
-        began = time.perf_counter()
-        subprocess.run(command, check=True, capture_output=True, **kwargs)
-        seconds.append(time.perf_counter() - began)
+        syscalls = open_program()
+        try:
+            began = time.perf_counter()
+            argv = command(syscalls) if callable(command) else command
+            subprocess.run(argv, check=True, capture_output=True, pass_fds=[syscalls])
+            seconds.append(time.perf_counter() - began)
+        finally:
+            os.close(syscalls)
     return round(statistics.median(seconds), 4)
 
 
@@ -97,8 +105,10 @@ def main() -> None:
     python = [sys.executable, "-s", "-B"]
     cuda_init = [*python, "-c", "import torch; torch.empty(1, device='cuda')"]
     result["startup_seconds"] = {
-        "bwrap_true": timed(sandbox.command(here.parent, True, ["/bin/true"])),
-        "python_torch_cuda_sandboxed": timed(sandbox.command(here.parent, True, cuda_init)),
+        "bwrap_true": timed(lambda fd: sandbox.command(here.parent, True, ["/bin/true"], fd)),
+        "python_torch_cuda_sandboxed": timed(
+            lambda fd: sandbox.command(here.parent, True, cuda_init, fd)
+        ),
         "python_torch_cuda_plain": timed(cuda_init),
     }
     device = torch.device("cuda:0")
@@ -109,12 +119,15 @@ def main() -> None:
     expected_sum = int(torch.arange(4).sum())
     ours, theirs = pair()
     values = limits(sandbox.memory, identity())
+    syscalls = open_program()
+    child_command = [*python, str(here), "--child", str(theirs.fileno())]
     process = subprocess.Popen(
-        sandbox.command(here.parent, True, [*python, str(here), "--child", str(theirs.fileno())]),
-        pass_fds=[theirs.fileno()],
+        sandbox.command(here.parent, True, child_command, syscalls),
+        pass_fds=[theirs.fileno(), syscalls],
         preexec_fn=lambda: apply_limits(values),
     )
     theirs.close()
+    os.close(syscalls)
     channel = Channel(ours)
     channel.send({"handle": buffer.handle})
     reply, fds = channel.recv(time.monotonic() + 300)
