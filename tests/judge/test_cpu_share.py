@@ -98,20 +98,29 @@ except OSError as error:
 """
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="the script's call numbers")
-def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
+def _sandboxed(folder, script: str, before_exec=None) -> dict[str, str]:
+    """What ``script`` prints (a word, then what it saw) run by Python in a sandbox under
+    the worker's filter; skips where no sandbox can be made."""
     ok, why = probe(bwrap_path())
     if not ok:
         pytest.skip(why)
-    sandbox = Sandbox(bwrap_path(), secrets=[])
     syscalls = open_program()
     try:
-        command = sandbox.command(tmp_path, False, [sys.executable, "-c", SCRIPT], syscalls)
-        done = subprocess.run(command, capture_output=True, text=True, pass_fds=[syscalls])
+        command = Sandbox(bwrap_path(), secrets=[]).command(
+            folder, False, [sys.executable, "-c", script], syscalls
+        )
+        done = subprocess.run(
+            command, capture_output=True, text=True, pass_fds=[syscalls], preexec_fn=before_exec
+        )
     finally:
         os.close(syscalls)
     assert done.returncode == 0, done.stderr
-    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the script's call numbers")
+def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
+    lines = _sandboxed(tmp_path, SCRIPT)
     assert lines == {
         "setsid": "Operation not permitted",
         "sched_setattr": "Operation not permitted",
@@ -162,10 +171,6 @@ def test_a_workers_limits_hold_its_priority_to_the_default():
 
 @pytest.mark.skipif(not _can_raise_nice(), reason="raising RLIMIT_NICE takes CAP_SYS_RESOURCE")
 def test_a_worker_gets_no_priority_above_the_default_whatever_the_hosts_limit(tmp_path):
-    ok, why = probe(bwrap_path())
-    if not ok:
-        pytest.skip(why)
-    sandbox = Sandbox(bwrap_path(), secrets=[])
     values = {k: v for k, v in limits(1 << 40, 0).items() if k in NICE_LIMITS}
 
     def generous_host(ours: bool):
@@ -176,23 +181,6 @@ def test_a_worker_gets_no_priority_above_the_default_whatever_the_hosts_limit(tm
 
         return before_exec
 
-    seen = {}
-    for ours in (False, True):
-        syscalls = open_program()
-        try:
-            command = sandbox.command(
-                tmp_path, False, [sys.executable, "-c", NICE_SCRIPT], syscalls
-            )
-            done = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                pass_fds=[syscalls],
-                preexec_fn=generous_host(ours),
-            )
-        finally:
-            os.close(syscalls)
-        assert done.returncode == 0, done.stderr
-        seen[ours] = dict(line.split(" ", 1) for line in done.stdout.splitlines())
-    assert seen[False] == {"nice": "-5", "autogroup": "-5"}  # what the limits take away
-    assert seen[True] == {"nice": "Permission denied", "autogroup": "Permission denied"}
+    seen = {ours: _sandboxed(tmp_path, NICE_SCRIPT, generous_host(ours)) for ours in (0, 1)}
+    assert seen[0] == {"nice": "-5", "autogroup": "-5"}  # what the limits take away
+    assert seen[1] == {"nice": "Permission denied", "autogroup": "Permission denied"}
