@@ -1,24 +1,33 @@
 """The system calls a worker is refused: a seccomp filter that bwrap installs (``--seccomp``)
 right before it starts the worker, inherited by every process of the worker's and never
-lifted.
+lifted. Two things it keeps:
 
-Refused with EPERM:
+**One share of the CPU.** Refused with EPERM: ``setsid`` (a new session is a new scheduler
+autogroup, which the kernel weighs as much as the referee's or any other session: a
+candidate's 32 helpers in 32 sessions took the two cores of a busy machine and passed at
+55 us a call where the honest calls took 335; CI of record at 3bf6261), and
+``sched_setattr``, ``sched_setscheduler``, ``sched_setparam`` (a policy or a scheduler
+slice of its own: an unprivileged process may ask for a shorter slice and preempt sooner).
 
-- ``setsid``: a new session is a new scheduler autogroup, which the kernel gives as large
-  a share of the CPU as the referee's or any other session's. A worker is one session
-  (``bwrap --new-session``): a candidate's 32 helpers in 32 sessions of their own took
-  the two cores of a busy machine from everything else and computed a sample's calls in
-  parallel, passed at 55 us a call where the honest solution's took 335 (CPU, CI of record
-  at 3bf6261, tests/exploits/attacks/starve_referee.py);
-- ``sched_setattr``, ``sched_setscheduler``, ``sched_setparam``: a policy or a scheduler
-  slice of its own (an unprivileged process may ask for a shorter slice, and preempt
-  sooner after a wake);
-- every call of another ABI than the host's own (the 32-bit ``int 0x80`` entry and x32 on
-  x86_64): the same calls under other numbers.
+**A halted worker stays halted.** The referee stops every process of a worker (SIGSTOP)
+while it writes a sample's inputs and reads its outputs; only a SIGCONT resumes one, and a
+stopped process cannot send one. The kernel can, on a worker's behalf, from what it set up
+before: a POSIX timer (``timer_create``: a timer that sent SIGCONT every 100 us kept a
+"stopped" worker running while the referee wrote the sets, passed at 31.5 us a call where
+the honest calls took 506.6; CPU, a helper's trial at f3864cf), a message queue's
+notification (``mq_notify``), an I/O signal (``fcntl`` ``F_SETSIG``), a parent's death
+(``prctl`` ``PR_SET_PDEATHSIG`` SIGCONT), a child's end (``clone`` with SIGCONT as its exit
+signal; ``clone3``, whose arguments a filter cannot read, answers ENOSYS, and C libraries
+then use ``clone``), and a process group left orphaned with stopped members (SIGHUP, then
+SIGCONT: refused by keeping every process in the group it starts in, ``setpgid``). Refused,
+each of these with EPERM.
 
-The program is classic BPF, written out here (a handful of instructions, with the kernel's
-constants from ``linux/seccomp.h``, ``linux/filter.h`` and ``linux/audit.h``) rather than
-through libseccomp, whose shared library the lent GPU machines need not have.
+And every call of another ABI than the host's own (the 32-bit ``int 0x80`` entry and x32 on
+x86_64): the same calls under other numbers.
+
+The program is classic BPF, written out here (its constants from ``linux/seccomp.h``,
+``linux/filter.h`` and ``linux/audit.h``) rather than through libseccomp, whose shared
+library the lent GPU machines need not have.
 """
 
 from __future__ import annotations
@@ -26,23 +35,37 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import signal
 import struct
 
 # sock_filter opcodes
 LOAD = 0x20  # BPF_LD | BPF_W | BPF_ABS: the word at offset k of struct seccomp_data
+AND = 0x54  # BPF_ALU | BPF_AND | BPF_K
 EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 AT_LEAST = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 RETURN = 0x06  # BPF_RET | BPF_K
-NR, ARCH = 0, 4  # offsets in struct seccomp_data
+NR, ARCH = 0, 4  # offsets in struct seccomp_data: the call's number, its ABI
+ARG = (16, 24)  # the low 32 bits of its first and second arguments (little-endian)
 ALLOW = 0x7FFF_0000  # SECCOMP_RET_ALLOW
 REFUSE = 0x0005_0000 | 1  # SECCOMP_RET_ERRNO | EPERM
+NO_SUCH_CALL = 0x0005_0000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
 X32_BIT = 0x4000_0000  # __X32_SYSCALL_BIT
+F_SETSIG, PR_SET_PDEATHSIG, EXIT_SIGNAL = 10, 1, 0xFF  # (clone's exit signal: flags & 0xff)
 
-REFUSED = ("setsid", "sched_setattr", "sched_setscheduler", "sched_setparam")
-# (the audit architecture, the call numbers of REFUSED in its table, whether x32 exists)
+REFUSED = (
+    "setsid",
+    "setpgid",
+    "sched_setattr",
+    "sched_setscheduler",
+    "sched_setparam",
+    "timer_create",
+    "mq_notify",
+)
+# The calls' numbers in each ABI this filter knows: its audit architecture, whether it has
+# x32 numbers beside its own, REFUSED's numbers, then clone3, clone, fcntl, prctl.
 HOSTS = {
-    "x86_64": (0xC000_003E, (112, 314, 144, 142), True),
-    "aarch64": (0xC000_00B7, (157, 274, 119, 118), False),
+    "x86_64": (0xC000_003E, True, (112, 109, 314, 144, 142, 222, 244), (435, 56, 72, 157)),
+    "aarch64": (0xC000_00B7, False, (157, 154, 274, 119, 118, 107, 184), (435, 220, 25, 167)),
 }
 
 
@@ -54,6 +77,30 @@ def _instruction(code: int, k: int, yes: int = 0, no: int = 0) -> bytes:
     return struct.pack("<HBBI", code, yes, no, k)
 
 
+class _Program:
+    """Instructions with jumps to labels, resolved when the program is written out (a
+    classic BPF jump is forward, by at most 255 instructions)."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple] = []
+        self.labels: dict[str, int] = {}
+
+    def add(self, code: int, k: int = 0, yes: str | None = None, no: str | None = None):
+        self.code.append((code, k, yes, no))
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.code)
+
+    def bytes(self) -> bytes:
+        def offset(at: int, label: str | None) -> int:
+            return 0 if label is None else self.labels[label] - at - 1
+
+        return b"".join(
+            _instruction(code, k, offset(at, yes), offset(at, no))
+            for at, (code, k, yes, no) in enumerate(self.code)
+        )
+
+
 @functools.cache
 def program(machine: str | None = None) -> bytes:
     """The filter for ``machine`` (this host's by default), as bwrap reads it."""
@@ -62,19 +109,40 @@ def program(machine: str | None = None) -> bytes:
         raise FilterUnavailable(
             f"the worker's system-call filter knows {' and '.join(HOSTS)}, not {machine}"
         )
-    arch, numbers, x32 = HOSTS[machine]
-    checks = [(AT_LEAST, X32_BIT)] * x32 + [(EQUAL, n) for n in numbers]
-    code = [
-        _instruction(LOAD, ARCH),
-        _instruction(EQUAL, arch, yes=1),  # another ABI: refused, whatever the call
-        _instruction(RETURN, REFUSE),
-        _instruction(LOAD, NR),
-    ]
-    refuse = len(code) + len(checks) + 1  # the last instruction's index, after ALLOW's
-    for opcode, value in checks:
-        code.append(_instruction(opcode, value, yes=refuse - len(code) - 1))
-    code += [_instruction(RETURN, ALLOW), _instruction(RETURN, REFUSE)]
-    return b"".join(code)
+    arch, x32, refused, (clone3, clone, fcntl, prctl) = HOSTS[machine]
+    cont = int(signal.SIGCONT)
+    p = _Program()
+    p.add(LOAD, ARCH)
+    p.add(EQUAL, arch, no="refuse")  # another ABI: refused, whatever the call
+    p.add(LOAD, NR)
+    if x32:
+        p.add(AT_LEAST, X32_BIT, yes="refuse")
+    for number in refused:
+        p.add(EQUAL, number, yes="refuse")
+    p.add(EQUAL, clone3, yes="no_such_call")
+    p.add(EQUAL, clone, yes="clone")
+    p.add(EQUAL, fcntl, yes="fcntl")
+    p.add(EQUAL, prctl, yes="prctl")
+    p.add(RETURN, ALLOW)
+    p.label("clone")  # clone(flags, ...): the exit signal is flags' low byte
+    p.add(LOAD, ARG[0])
+    p.add(AND, EXIT_SIGNAL)
+    p.add(EQUAL, cont, yes="refuse", no="allow")
+    p.label("fcntl")  # fcntl(fd, cmd, ...)
+    p.add(LOAD, ARG[1])
+    p.add(EQUAL, F_SETSIG, yes="refuse", no="allow")
+    p.label("prctl")  # prctl(option, arg2, ...): the kernel refuses a signal past 64 itself
+    p.add(LOAD, ARG[0])
+    p.add(EQUAL, PR_SET_PDEATHSIG, no="allow")
+    p.add(LOAD, ARG[1])
+    p.add(EQUAL, cont, yes="refuse")
+    p.label("allow")
+    p.add(RETURN, ALLOW)
+    p.label("refuse")
+    p.add(RETURN, REFUSE)
+    p.label("no_such_call")
+    p.add(RETURN, NO_SUCH_CALL)
+    return p.bytes()
 
 
 def open_program() -> int:

@@ -1,0 +1,324 @@
+"""What a worker may not do to the scheduler or to its halts: the system-call filter
+(judge/syscall_filter.py), its program run by an interpreter of classic BPF written here,
+the calls it refuses inside a real sandbox (and a timer that wakes a stopped worker without
+it), and the priority limits (sandbox.limits)."""
+
+import os
+import platform
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+from inference_kernels.judge.sandbox import Sandbox, apply_limits, bwrap_path, limits, probe
+from inference_kernels.judge.signals import descendants, signal_tree
+from inference_kernels.judge.syscall_filter import (
+    ALLOW,
+    HOSTS,
+    NO_SUCH_CALL,
+    REFUSE,
+    FilterUnavailable,
+    open_program,
+    program,
+)
+
+X86_64, I386, AARCH64 = 0xC000003E, 0x40000003, 0xC00000B7
+NICE_LIMITS = (resource.RLIMIT_NICE, resource.RLIMIT_RTPRIO)
+CONT = int(signal.SIGCONT)
+
+
+def _run(code: bytes, nr: int, arch: int, *args: int) -> int:
+    """What the filter returns for call ``nr`` of ABI ``arch`` with ``args`` (the opcodes
+    it uses)."""
+    values = [*args, *[0] * (6 - len(args))]
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *values)  # struct seccomp_data
+    instructions = [struct.unpack("<HBBI", code[i : i + 8]) for i in range(0, len(code), 8)]
+    a, pc = 0, 0
+    while True:
+        op, yes, no, k = instructions[pc]
+        if op == 0x20:
+            a = struct.unpack_from("<I", data, k)[0]
+        elif op == 0x54:
+            a &= k
+        elif op in (0x15, 0x35):
+            taken = a == k if op == 0x15 else a >= k
+            pc += yes if taken else no
+        elif op == 0x06:
+            return k
+        else:
+            raise AssertionError(f"opcode {op:#x}")
+        pc += 1
+
+
+# Each ABI's numbers: setsid, setpgid, sched_setattr, sched_setscheduler, sched_setparam,
+# timer_create, mq_notify | clone3 | clone, fcntl, prctl | read, getpid, fork (x86_64),
+# getsid, getpgid, timer_settime, setitimer (x86_64), sched_getattr
+NUMBERS = {
+    "x86_64": (
+        X86_64,
+        [112, 109, 314, 144, 142, 222, 244],
+        435,
+        (56, 72, 157),
+        [0, 39, 57, 124, 121, 223, 38, 315],
+    ),
+    "aarch64": (
+        AARCH64,
+        [157, 154, 274, 119, 118, 107, 184],
+        435,
+        (220, 25, 167),
+        [63, 172, 156, 155, 110, 275],
+    ),
+}
+
+
+@pytest.mark.parametrize("machine", list(NUMBERS))
+def test_the_program_refuses_exactly_the_named_calls(machine):
+    arch, refused, clone3, (clone, fcntl, prctl), allowed = NUMBERS[machine]
+    code = program(machine)
+    assert [_run(code, nr, arch) for nr in refused] == [REFUSE] * 7
+    assert _run(code, clone3, arch) == NO_SUCH_CALL
+    assert [_run(code, nr, arch) for nr in allowed] == [ALLOW] * len(allowed)
+    # clone: refused only with SIGCONT as the child's exit signal (fork's is SIGCHLD; a
+    # thread's 0)
+    assert _run(code, clone, arch, 0x100 | CONT) == REFUSE
+    assert _run(code, clone, arch, (1 << 40) | 0x3D0F00 | CONT) == REFUSE
+    assert _run(code, clone, arch, 0x1200000 | 17) == ALLOW
+    assert _run(code, clone, arch, 0x3D0F00) == ALLOW
+    # fcntl: F_SETSIG (10) alone; F_SETOWN (8), F_GETFL (3), F_SETFL (4) allowed
+    assert _run(code, fcntl, arch, 5, 10, CONT) == REFUSE
+    assert _run(code, fcntl, arch, 5, 10, 0) == REFUSE
+    assert [_run(code, fcntl, arch, 5, cmd) for cmd in (8, 3, 4, 1030)] == [ALLOW] * 4
+    # prctl: PR_SET_PDEATHSIG (1) with SIGCONT alone
+    assert _run(code, prctl, arch, 1, CONT) == REFUSE
+    assert _run(code, prctl, arch, 1, 9) == ALLOW
+    assert _run(code, prctl, arch, 15, CONT) == ALLOW  # PR_SET_NAME
+    assert _run(code, prctl, arch, 2, 0) == ALLOW
+
+
+def test_every_call_of_another_abi_is_refused():
+    # x86_64's 32-bit entry (int 0x80: setsid is 66 there) and its x32 numbers
+    code = program("x86_64")
+    assert [_run(code, nr, I386) for nr in (66, 20, 3)] == [REFUSE] * 3
+    assert _run(code, 0x40000000 | 112, X86_64) == REFUSE
+    assert _run(code, 0x40000000 | 39, X86_64) == REFUSE
+    assert _run(program("aarch64"), 157, 0x40000028) == REFUSE  # arm32 on arm64
+
+
+def test_an_unknown_architecture_has_no_program():
+    with pytest.raises(FilterUnavailable, match="x86_64 and aarch64, not riscv64"):
+        program("riscv64")
+    assert set(HOSTS) == {"x86_64", "aarch64"}
+
+
+SCRIPT = r"""
+import ctypes, os, signal, struct, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*args):
+    result = libc.syscall(*args)
+    return "ok" if result >= 0 else os.strerror(ctypes.get_errno())
+attr = struct.pack("<IIQiIQQQII", 56, 0, 0, 0, 0, 100000, 0, 0, 0, 1024)  # a 0.1 ms slice
+slice_ = ctypes.create_string_buffer(attr)
+param = ctypes.create_string_buffer(struct.pack("<i", 0))
+event = ctypes.create_string_buffer(struct.pack("<qii", 0, signal.SIGCONT, 0) + bytes(48))
+timer = ctypes.c_int()
+read, write = os.pipe()
+print("setpgid", call(109, 0, os.getpgrp()))  # (into its own group: it leads none after)
+print("setsid", call(112))
+print("sched_setattr", call(314, 0, slice_, 0))
+print("sched_setscheduler", call(144, 0, 0, param))
+print("sched_setparam", call(142, 0, param))
+print("timer_create", call(222, 1, event, ctypes.byref(timer)))  # SIGCONT, not armed
+print("mq_notify", call(244, -1, None))
+print("fcntl_setsig", call(72, read, 10, signal.SIGCONT))
+print("fcntl_getfl", call(72, read, 3))
+print("pdeathsig_cont", call(157, 1, signal.SIGCONT))
+print("pdeathsig_kill", call(157, 1, signal.SIGKILL))
+call(157, 1, 0)
+print("clone_cont", call(56, 0x800 | signal.SIGCONT, 0, 0, 0, 0))  # (CLONE_SIGHAND alone: EINVAL)
+print("clone3", call(435, None, 0))
+print("x32_getpid", call(0x40000000 | 39))
+print("getpid", call(39))
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+print("thread ok")
+print("child", subprocess.run(["echo", "runs"], capture_output=True, text=True).stdout.strip())
+try:
+    subprocess.run(["true"], start_new_session=True)
+    print("new_session ok")
+except OSError as error:
+    print("new_session", error.strerror)
+"""
+REFUSED, NO_CALL, INVALID = (
+    "Operation not permitted",
+    "Function not implemented",
+    "Invalid argument",
+)
+
+
+def _sandboxed(folder, script: str, before_exec=None) -> dict[str, str]:
+    """What ``script`` prints (a word, then what it saw) run by Python in a sandbox under
+    the worker's filter; skips where no sandbox can be made."""
+    ok, why = probe(bwrap_path())
+    if not ok:
+        pytest.skip(why)
+    syscalls = open_program()
+    try:
+        command = Sandbox(bwrap_path(), secrets=[]).command(
+            folder, False, [sys.executable, "-c", script], syscalls
+        )
+        done = subprocess.run(
+            command, capture_output=True, text=True, pass_fds=[syscalls], preexec_fn=before_exec
+        )
+    finally:
+        os.close(syscalls)
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the script's call numbers")
+def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
+    inside = _sandboxed(tmp_path, SCRIPT)
+    assert inside == {
+        "setsid": REFUSED,
+        "setpgid": REFUSED,
+        "sched_setattr": REFUSED,
+        "sched_setscheduler": REFUSED,
+        "sched_setparam": REFUSED,
+        "timer_create": REFUSED,
+        "mq_notify": REFUSED,
+        "fcntl_setsig": REFUSED,
+        "fcntl_getfl": "ok",
+        "pdeathsig_cont": REFUSED,
+        "pdeathsig_kill": "ok",
+        "clone_cont": REFUSED,
+        "clone3": NO_CALL,
+        "x32_getpid": REFUSED,
+        "getpid": "ok",
+        "thread": "ok",
+        "child": "runs",
+        "new_session": REFUSED,
+    }
+    # outside the sandbox, the same calls are the host's to make (or the kernel's to refuse)
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True)
+    outside = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    outside.pop("x32_getpid")  # (ENOSYS where the kernel has no x32)
+    assert outside == {
+        **{key: "ok" for key in inside if key != "x32_getpid"},
+        "mq_notify": "Bad file descriptor",
+        "clone_cont": INVALID,
+        "clone3": INVALID,
+        "child": "runs",
+    }
+
+
+WAKER = r"""
+import ctypes, os, signal, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGCONT, lambda *a: None)  # (ignored, a SIGCONT parks the timer)
+event = ctypes.create_string_buffer(struct.pack("<qii", 0, signal.SIGCONT, 0) + bytes(48))
+said = "ok"
+for period in (1_000_000, 1_300_000, 1_700_000):  # SIGCONT every 1-1.7 ms, three times
+    timer = ctypes.c_void_p()
+    if libc.timer_create(1, event, ctypes.byref(timer)) != 0:
+        said = os.strerror(ctypes.get_errno())
+        break
+    libc.timer_settime(timer, 0, struct.pack("<qqqq", 0, period, 0, period), None)
+print("armed", said, flush=True)
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    print(time.monotonic(), flush=True)
+    time.sleep(0.002)
+"""
+
+
+def _ran_while_stopped(command: list[str], pass_fds=()) -> tuple[str, int]:
+    """Start ``command`` (WAKER in a sandbox), stop its processes for 0.4 s once it runs
+    (SIGSTOP, as a halt does: one kill each), then let them go: (what its arming said, how
+    many times it printed the clock while stopped)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, pass_fds=pass_fds)
+    armed = process.stdout.readline().split(" ", 1)[1].strip()
+    time.sleep(0.2)
+    # One stop each. (A stop discards a SIGCONT not yet taken, and a timer whose signal is
+    # discarded is not rearmed: the waker has three, a stop seldom catches all at once.)
+    for pid in descendants(process.pid):
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic() + 0.05  # (a stop takes a moment; a print may be in flight)
+    time.sleep(0.4)
+    woken = time.monotonic()
+    signal_tree(process.pid, signal.SIGCONT)
+    out, _ = process.communicate(timeout=30)
+    stamps = [float(line) for line in out.split()]
+    return armed, sum(stopped < t < woken for t in stamps)
+
+
+def test_a_timer_of_its_own_wakes_a_stopped_worker_only_without_the_filter(tmp_path):
+    ok, why = probe(bwrap_path())
+    if not ok:
+        pytest.skip(why)
+    sandbox = Sandbox(bwrap_path(), secrets=[])
+    python = [sys.executable, "-c", WAKER]
+    unfiltered = [sandbox.bwrap, *sandbox.arguments(tmp_path, cuda=False), "--", *python]
+    armed, printed = _ran_while_stopped(unfiltered)
+    assert armed == "ok" and printed > 20, (armed, printed)  # it ran on, stopped
+    syscalls = open_program()
+    try:
+        filtered = sandbox.command(tmp_path, False, python, syscalls)
+        armed, printed = _ran_while_stopped(filtered, [syscalls])
+    finally:
+        os.close(syscalls)
+    assert (armed, printed) == (REFUSED, 0)
+
+
+NICE_SCRIPT = r"""
+import os
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, -5)
+    print("nice", os.getpriority(os.PRIO_PROCESS, 0))
+except OSError as error:
+    print("nice", error.strerror)
+try:
+    with open("/proc/self/autogroup", "w") as group:
+        group.write("-5")
+    print("autogroup", open("/proc/self/autogroup").read().split()[-1])
+except OSError as error:
+    print("autogroup", error.strerror)
+"""
+
+
+def _can_raise_nice() -> bool:
+    try:
+        subprocess.run(
+            [sys.executable, "-c", "import resource as r; r.setrlimit(r.RLIMIT_NICE, (40, 40))"],
+            check=True,
+            capture_output=True,
+        )
+        return True
+    except subprocess.CalledProcessError:
+        return False
+
+
+def test_a_workers_limits_hold_its_priority_to_the_default():
+    values = limits(1 << 40, 0)
+    assert [values[k] for k in NICE_LIMITS] == [0, 0]
+
+
+@pytest.mark.skipif(not _can_raise_nice(), reason="raising RLIMIT_NICE takes CAP_SYS_RESOURCE")
+def test_a_worker_gets_no_priority_above_the_default_whatever_the_hosts_limit(tmp_path):
+    values = {k: v for k, v in limits(1 << 40, 0).items() if k in NICE_LIMITS}
+
+    def generous_host(ours: bool):
+        def before_exec():
+            resource.setrlimit(resource.RLIMIT_NICE, (40, 40))  # nice down to -20 allowed
+            if ours:
+                apply_limits(values)
+
+        return before_exec
+
+    seen = {ours: _sandboxed(tmp_path, NICE_SCRIPT, generous_host(ours)) for ours in (0, 1)}
+    assert seen[0] == {"nice": "-5", "autogroup": "-5"}  # what the limits take away
+    assert seen[1] == {"nice": "Permission denied", "autogroup": "Permission denied"}
