@@ -18,9 +18,13 @@ the honest calls took 506.6; CPU, a helper's trial at f3864cf), a message queue'
 notification (``mq_notify``), an I/O signal (``fcntl`` ``F_SETSIG``), a parent's death
 (``prctl`` ``PR_SET_PDEATHSIG`` SIGCONT), a child's end (``clone`` with SIGCONT as its exit
 signal; ``clone3``, whose arguments a filter cannot read, answers ENOSYS, and C libraries
-then use ``clone``), and a process group left orphaned with stopped members (SIGHUP, then
-SIGCONT: refused by keeping every process in the group it starts in, ``setpgid``). Refused,
-each of these with EPERM.
+then use ``clone``): refused, each with EPERM. And a process group left orphaned with
+stopped members, which the kernel sends SIGHUP, then SIGCONT, as the exit of its last
+member with a parent in another group of the session leaves it so (a parent slow to exit,
+its address space large, could end after a halt began): every process of the worker stays
+in the group bwrap made, ``setpgid`` answers that it is done and does nothing (ninja starts
+each command with ``setpgid(0, 0)`` and stops at a refusal), so that no group of the
+worker's is ever orphaned by an exit.
 
 And every call of another ABI than the host's own (the 32-bit ``int 0x80`` entry and x32 on
 x86_64): the same calls under other numbers.
@@ -52,20 +56,14 @@ NO_SUCH_CALL = 0x0005_0000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
 X32_BIT = 0x4000_0000  # __X32_SYSCALL_BIT
 F_SETSIG, PR_SET_PDEATHSIG, EXIT_SIGNAL = 10, 1, 0xFF  # (clone's exit signal: flags & 0xff)
 
-REFUSED = (
-    "setsid",
-    "setpgid",
-    "sched_setattr",
-    "sched_setscheduler",
-    "sched_setparam",
-    "timer_create",
-    "mq_notify",
-)
+REFUSED = ("setsid", "sched_setattr", "sched_setscheduler", "sched_setparam", "timer_create")
+REFUSED += ("mq_notify",)
+PRETENDED = 0x0005_0000  # SECCOMP_RET_ERRNO | 0: "done", and nothing done (setpgid)
 # The calls' numbers in each ABI this filter knows: its audit architecture, whether it has
-# x32 numbers beside its own, REFUSED's numbers, then clone3, clone, fcntl, prctl.
+# x32 numbers beside its own, REFUSED's numbers, then setpgid, clone3, clone, fcntl, prctl.
 HOSTS = {
-    "x86_64": (0xC000_003E, True, (112, 109, 314, 144, 142, 222, 244), (435, 56, 72, 157)),
-    "aarch64": (0xC000_00B7, False, (157, 154, 274, 119, 118, 107, 184), (435, 220, 25, 167)),
+    "x86_64": (0xC000_003E, True, (112, 314, 144, 142, 222, 244), (109, 435, 56, 72, 157)),
+    "aarch64": (0xC000_00B7, False, (157, 274, 119, 118, 107, 184), (154, 435, 220, 25, 167)),
 }
 
 
@@ -109,7 +107,7 @@ def program(machine: str | None = None) -> bytes:
         raise FilterUnavailable(
             f"the worker's system-call filter knows {' and '.join(HOSTS)}, not {machine}"
         )
-    arch, x32, refused, (clone3, clone, fcntl, prctl) = HOSTS[machine]
+    arch, x32, refused, (setpgid, clone3, clone, fcntl, prctl) = HOSTS[machine]
     cont = int(signal.SIGCONT)
     p = _Program()
     p.add(LOAD, ARCH)
@@ -119,6 +117,7 @@ def program(machine: str | None = None) -> bytes:
         p.add(AT_LEAST, X32_BIT, yes="refuse")
     for number in refused:
         p.add(EQUAL, number, yes="refuse")
+    p.add(EQUAL, setpgid, yes="pretend")
     p.add(EQUAL, clone3, yes="no_such_call")
     p.add(EQUAL, clone, yes="clone")
     p.add(EQUAL, fcntl, yes="fcntl")
@@ -142,6 +141,8 @@ def program(machine: str | None = None) -> bytes:
     p.add(RETURN, REFUSE)
     p.label("no_such_call")
     p.add(RETURN, NO_SUCH_CALL)
+    p.label("pretend")
+    p.add(RETURN, PRETENDED)
     return p.bytes()
 
 
