@@ -54,6 +54,8 @@ def test_the_environment_row_says_how_workers_were_isolated(tmp_path):
     assert isolation["sandbox"].startswith("bubblewrap")
     assert isolation["identity"].endswith("no capabilities")
     assert {"pid", "ipc", "net"} <= set(isolation["namespaces"])
+    assert isolation["syscalls"].startswith("refused: setsid, sched_setattr")
+    assert "setpgid done in name only" in isolation["syscalls"]
     assert set(rows[0]["manifest"]) == {"dataset", "judge"}
 
 

@@ -268,7 +268,10 @@ def test_a_timer_of_its_own_wakes_a_stopped_worker_only_without_the_filter(tmp_p
     sandbox = Sandbox(bwrap_path(), secrets=[])
     python = [sys.executable, "-c", WAKER]
     unfiltered = [sandbox.bwrap, *sandbox.arguments(tmp_path, cuda=False), "--", *python]
-    armed, printed = _ran_while_stopped(unfiltered)
+    for _ in range(3):  # (a stop that finds all three timers' signals pending ends them)
+        armed, printed = _ran_while_stopped(unfiltered)
+        if printed:
+            break
     assert armed == "ok" and printed > 20, (armed, printed)  # it ran on, stopped
     syscalls = open_program()
     try:

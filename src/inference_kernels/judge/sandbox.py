@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .gpu_nodes import Gpu, nodes_for
-from .syscall_filter import FilterUnavailable, open_program
+from .syscall_filter import REFUSED, FilterUnavailable, open_program
 
 UID = GID = 65534  # nobody / nogroup: the identity inside a user namespace
 UID_BASE = 1_900_000_000  # as root, each worker's own uid and gid: UID_BASE + a random offset
@@ -353,6 +353,11 @@ def record(sandbox: Sandbox | None, description: str) -> dict[str, object]:
         ),
         "namespaces": ["pid", "ipc", "net", "uts"] + ([] if os.geteuid() == 0 else ["user"]),
         "filesystem": "read-only; judge caches, key, dataset, report and candidates hidden",
+        "syscalls": (
+            f"refused: {', '.join(REFUSED)}, F_SETSIG, SIGCONT as a death or exit signal, "
+            "clone3 (ENOSYS), other ABIs; setpgid done in name only"
+        ),
+        "priority": "no nice below 0, no real-time priority",
         "scratch_bytes": SCRATCH_BYTES,
         "limits": {
             "memory_bytes": sandbox.memory,
