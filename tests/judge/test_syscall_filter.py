@@ -55,35 +55,51 @@ def _run(code: bytes, nr: int, arch: int, *args: int) -> int:
         pc += 1
 
 
-# Each ABI's numbers: setsid, sched_setattr, sched_setscheduler, sched_setparam,
-# timer_create, mq_notify | setpgid, clone3 | clone, fcntl, prctl | read, getpid, fork
-# (x86_64), getsid, getpgid, timer_settime, setitimer (x86_64), sched_getattr
+# Each ABI's numbers, from the kernel's tables (arch/x86/entry/syscalls/syscall_64.tbl,
+# include/uapi/asm-generic/unistd.h), written out apart from the filter's own
 NUMBERS = {
-    "x86_64": (
-        X86_64,
-        [112, 314, 144, 142, 222, 244],
-        (109, 435),
-        (56, 72, 157),
-        [0, 39, 57, 124, 121, 223, 38, 315],
-    ),
-    "aarch64": (
-        AARCH64,
-        [157, 274, 119, 118, 107, 184],
-        (154, 435),
-        (220, 25, 167),
-        [63, 172, 156, 155, 110, 275],
-    ),
+    "x86_64": {
+        "refused": [112, 314, 144, 142, 222, 244, 101, 425, 426, 427],
+        # kill, tkill, rt_sigqueueinfo, pidfd_send_signal (signal second); tgkill,
+        # rt_tgsigqueueinfo (third)
+        "senders": ([62, 200, 129, 424], [234, 297]),
+        "setpgid": 109,
+        "clone3": 435,
+        "clone, fcntl, prctl": (56, 72, 157),
+        # read, getpid, fork, getsid, getpgid, timer_settime, setitimer, sched_getattr,
+        # rt_sigaction, sched_setaffinity
+        "allowed": [0, 39, 57, 124, 121, 223, 38, 315, 13, 203],
+    },
+    "aarch64": {
+        "refused": [157, 274, 119, 118, 107, 184, 117, 425, 426, 427],
+        "senders": ([129, 130, 138, 424], [131, 240]),
+        "setpgid": 154,
+        "clone3": 435,
+        "clone, fcntl, prctl": (220, 25, 167),
+        "allowed": [63, 172, 156, 155, 110, 275, 134, 122],
+    },
 }
+ARCHES = {"x86_64": X86_64, "aarch64": AARCH64}
 
 
 @pytest.mark.parametrize("machine", list(NUMBERS))
 def test_the_program_refuses_exactly_the_named_calls(machine):
-    arch, refused, (setpgid, clone3), (clone, fcntl, prctl), allowed = NUMBERS[machine]
-    code = program(machine)
-    assert [_run(code, nr, arch) for nr in refused] == [REFUSE] * 6
-    assert _run(code, setpgid, arch, 0, 0) == PRETENDED  # (0: "done")
-    assert _run(code, clone3, arch) == NO_SUCH_CALL
+    numbers, arch, code = NUMBERS[machine], ARCHES[machine], program(machine)
+    assert [_run(code, nr, arch) for nr in numbers["refused"]] == [REFUSE] * 10
+    assert _run(code, numbers["setpgid"], arch, 0, 0) == PRETENDED  # (0: "done")
+    assert _run(code, numbers["clone3"], arch) == NO_SUCH_CALL
+    allowed = numbers["allowed"]
     assert [_run(code, nr, arch) for nr in allowed] == [ALLOW] * len(allowed)
+    # a signal sent: refused when it is SIGCONT, whatever the target
+    second, third = numbers["senders"]
+    for nr in second:
+        assert _run(code, nr, arch, 7, CONT) == REFUSE
+        assert _run(code, nr, arch, 0xFFFFFFFF, CONT, 0) == REFUSE  # (kill(-1, ...))
+        assert [_run(code, nr, arch, 7, sig) for sig in (0, 9, 10, 19)] == [ALLOW] * 4
+    for nr in third:
+        assert _run(code, nr, arch, 7, 8, CONT) == REFUSE
+        assert [_run(code, nr, arch, 7, CONT, sig) for sig in (0, 9, 19)] == [ALLOW] * 3
+    clone, fcntl, prctl = numbers["clone, fcntl, prctl"]
     # clone: refused only with SIGCONT as the child's exit signal (fork's is SIGCHLD; a
     # thread's 0)
     assert _run(code, clone, arch, 0x100 | CONT) == REFUSE
@@ -144,6 +160,20 @@ print("pdeathsig_kill", call(157, 1, signal.SIGKILL))
 call(157, 1, 0)
 print("clone_cont", call(56, 0x800 | signal.SIGCONT, 0, 0, 0, 0))  # (CLONE_SIGHAND alone: EINVAL)
 print("clone3", call(435, None, 0))
+me = os.getpid()
+signal.signal(signal.SIGCONT, lambda *a: None)
+print("kill_cont", call(62, me, signal.SIGCONT))
+print("kill_zero", call(62, me, 0))
+print("tkill_cont", call(200, threading.get_native_id(), signal.SIGCONT))
+print("tgkill_cont", call(234, me, threading.get_native_id(), signal.SIGCONT))
+print("sigqueue_cont", call(129, me, signal.SIGCONT, None))
+print("tgsigqueue_cont", call(297, me, threading.get_native_id(), signal.SIGCONT, None))
+print("pidfd_cont", call(424, -1, signal.SIGCONT, None, 0))
+sleeper = subprocess.Popen(["sleep", "30"])
+print("ptrace", call(101, 0x4206, sleeper.pid, 0, 0))  # PTRACE_SEIZE of its child
+sleeper.kill()
+sleeper.wait()
+print("io_uring", call(425, 1, None))
 print("x32_getpid", call(0x40000000 | 39))
 print("getpid", call(39))
 thread = threading.Thread(target=lambda: None)
@@ -201,6 +231,15 @@ def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
         "pdeathsig_kill": "ok",
         "clone_cont": REFUSED,
         "clone3": NO_CALL,
+        "kill_cont": REFUSED,
+        "kill_zero": "ok",
+        "tkill_cont": REFUSED,
+        "tgkill_cont": REFUSED,
+        "sigqueue_cont": REFUSED,
+        "tgsigqueue_cont": REFUSED,
+        "pidfd_cont": REFUSED,
+        "ptrace": REFUSED,
+        "io_uring": REFUSED,
         "x32_getpid": REFUSED,
         "getpid": "ok",
         "thread": "ok",
@@ -217,6 +256,10 @@ def test_a_sandboxed_process_is_refused_those_calls_and_nothing_else(tmp_path):
         "mq_notify": "Bad file descriptor",
         "clone_cont": INVALID,
         "clone3": INVALID,
+        "sigqueue_cont": "Bad address",
+        "tgsigqueue_cont": "Bad address",
+        "pidfd_cont": "Bad file descriptor",
+        "io_uring": "Bad address",
         "child": "runs",
     }
 
@@ -241,32 +284,67 @@ while time.monotonic() < end:
 """
 
 
+RACER = r"""
+import os, signal, time
+h = os.fork()
+if h == 0:  # H: prints the clock
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        print(time.monotonic(), flush=True)
+        time.sleep(0.002)
+    os._exit(0)
+time.sleep(0.05)
+b = os.fork()
+if b == 0:  # B, made after H: sends H SIGCONT, over and over
+    try:
+        os.kill(h, signal.SIGCONT)
+        print("armed ok", flush=True)
+    except OSError as error:
+        print("armed", error.strerror, flush=True)
+    while True:
+        try:
+            os.kill(h, signal.SIGCONT)
+        except OSError:
+            time.sleep(0.001)
+os.waitpid(h, 0)
+os.kill(b, signal.SIGKILL)
+"""
+
+
 def _ran_while_stopped(command: list[str], pass_fds=()) -> tuple[str, int]:
-    """Start ``command`` (WAKER in a sandbox), stop its processes for 0.4 s once it runs
-    (SIGSTOP, as a halt does: one kill each), then let them go: (what its arming said, how
-    many times it printed the clock while stopped)."""
+    """Start ``command`` (WAKER or RACER in a sandbox), stop its processes for 0.4 s once it
+    runs, then let them go: (what its arming said, how many times it printed the clock
+    while stopped). The stop is as a halt's, one process after another in the order they
+    were made (a halt's kill(-1) goes down the kernel's list of tasks), and slower: 10 ms
+    from each to the next."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, pass_fds=pass_fds)
-    armed = process.stdout.readline().split(" ", 1)[1].strip()
+    lines = []
+    while not lines or not lines[-1].startswith("armed"):
+        lines.append(process.stdout.readline())
+    armed = lines.pop().split(" ", 1)[1].strip()
     time.sleep(0.2)
-    # One stop each. (A stop discards a SIGCONT not yet taken, and a timer whose signal is
-    # discarded is not rearmed: the waker has three, a stop seldom catches all at once.)
-    for pid in descendants(process.pid):
+    for pid in sorted(descendants(process.pid)):
         os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.01)
     stopped = time.monotonic() + 0.05  # (a stop takes a moment; a print may be in flight)
     time.sleep(0.4)
     woken = time.monotonic()
     signal_tree(process.pid, signal.SIGCONT)
     out, _ = process.communicate(timeout=30)
-    stamps = [float(line) for line in out.split()]
+    stamps = [float(line) for line in [*lines, *out.splitlines()]]
     return armed, sum(stopped < t < woken for t in stamps)
 
 
-def test_a_timer_of_its_own_wakes_a_stopped_worker_only_without_the_filter(tmp_path):
+@pytest.mark.parametrize("script", ["WAKER", "RACER"])
+def test_a_stopped_worker_runs_on_only_without_the_filter(tmp_path, script):
+    """WAKER's timers of its own, or RACER's later process that sends SIGCONT to an earlier
+    one the stop has reached, keep a stopped process running, unless the filter refuses
+    them."""
     ok, why = probe(bwrap_path())
     if not ok:
         pytest.skip(why)
     sandbox = Sandbox(bwrap_path(), secrets=[])
-    python = [sys.executable, "-c", WAKER]
+    python = [sys.executable, "-c", globals()[script]]
     unfiltered = [sandbox.bwrap, *sandbox.arguments(tmp_path, cuda=False), "--", *python]
     for _ in range(3):  # (a stop that finds all three timers' signals pending ends them)
         armed, printed = _ran_while_stopped(unfiltered)

@@ -354,8 +354,8 @@ def record(sandbox: Sandbox | None, description: str) -> dict[str, object]:
         "namespaces": ["pid", "ipc", "net", "uts"] + ([] if os.geteuid() == 0 else ["user"]),
         "filesystem": "read-only; judge caches, key, dataset, report and candidates hidden",
         "syscalls": (
-            f"refused: {', '.join(REFUSED)}, F_SETSIG, SIGCONT as a death or exit signal, "
-            "clone3 (ENOSYS), other ABIs; setpgid done in name only"
+            f"refused: {', '.join(REFUSED)}, F_SETSIG, SIGCONT sent or as a death or exit "
+            "signal, clone3 (ENOSYS), other ABIs; setpgid done in name only"
         ),
         "priority": "no nice below 0, no real-time priority",
         "scratch_bytes": SCRATCH_BYTES,

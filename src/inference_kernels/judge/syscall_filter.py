@@ -10,11 +10,17 @@ candidate's 32 helpers in 32 sessions took the two cores of a busy machine and p
 slice of its own: an unprivileged process may ask for a shorter slice and preempt sooner).
 
 **A halted worker stays halted.** The referee stops every process of a worker (SIGSTOP)
-while it writes a sample's inputs and reads its outputs; only a SIGCONT resumes one, and a
-stopped process cannot send one. The kernel can, on a worker's behalf, from what it set up
-before: a POSIX timer (``timer_create``: a timer that sent SIGCONT every 100 us kept a
-"stopped" worker running while the referee wrote the sets, passed at 31.5 us a call where
-the honest calls took 506.6; CPU, a helper's trial at f3864cf), a message queue's
+while it writes a sample's inputs and reads its outputs; only a SIGCONT (or a tracer)
+resumes one. No process of the worker may send SIGCONT (``kill``, ``tkill``, ``tgkill``,
+``rt_sigqueueinfo``, ``rt_tgsigqueueinfo``, ``pidfd_send_signal`` with SIGCONT refused):
+``kill(-1, SIGSTOP)`` stops one process after another, and a process it had not reached yet
+kept sending SIGCONT to one it had, which so ran through the halt and computed the next
+sample's calls as the referee wrote their inputs (passed at 35.3 us a call where the calls
+took 488.3; CPU, a helper's trial at 04e4581). No process may trace another (``ptrace``: a
+tracer resumes its tracee). Nor may the kernel send SIGCONT on a worker's behalf, from what
+it set up before: a POSIX timer (``timer_create``: timers that sent SIGCONT every 100 us
+kept a "stopped" worker running while the referee wrote the sets, passed at 31.5 us a call
+where the calls took 506.6; CPU, a helper's trial at f3864cf), a message queue's
 notification (``mq_notify``), an I/O signal (``fcntl`` ``F_SETSIG``), a parent's death
 (``prctl`` ``PR_SET_PDEATHSIG`` SIGCONT), a child's end (``clone`` with SIGCONT as its exit
 signal; ``clone3``, whose arguments a filter cannot read, answers ENOSYS, and C libraries
@@ -24,7 +30,8 @@ member with a parent in another group of the session leaves it so (a parent slow
 its address space large, could end after a halt began): every process of the worker stays
 in the group bwrap made, ``setpgid`` answers that it is done and does nothing (ninja starts
 each command with ``setpgid(0, 0)`` and stops at a refusal), so that no group of the
-worker's is ever orphaned by an exit.
+worker's is ever orphaned by an exit. ``io_uring``, whose operations no filter sees, is
+refused whole.
 
 And every call of another ABI than the host's own (the 32-bit ``int 0x80`` entry and x32 on
 x86_64): the same calls under other numbers.
@@ -49,21 +56,93 @@ EQUAL = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 AT_LEAST = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 RETURN = 0x06  # BPF_RET | BPF_K
 NR, ARCH = 0, 4  # offsets in struct seccomp_data: the call's number, its ABI
-ARG = (16, 24)  # the low 32 bits of its first and second arguments (little-endian)
+ARG = (16, 24, 32)  # the low 32 bits of its first three arguments (little-endian)
 ALLOW = 0x7FFF_0000  # SECCOMP_RET_ALLOW
 REFUSE = 0x0005_0000 | 1  # SECCOMP_RET_ERRNO | EPERM
 NO_SUCH_CALL = 0x0005_0000 | 38  # SECCOMP_RET_ERRNO | ENOSYS
+PRETENDED = 0x0005_0000  # SECCOMP_RET_ERRNO | 0: "done", and nothing done (setpgid)
 X32_BIT = 0x4000_0000  # __X32_SYSCALL_BIT
 F_SETSIG, PR_SET_PDEATHSIG, EXIT_SIGNAL = 10, 1, 0xFF  # (clone's exit signal: flags & 0xff)
 
-REFUSED = ("setsid", "sched_setattr", "sched_setscheduler", "sched_setparam", "timer_create")
-REFUSED += ("mq_notify",)
-PRETENDED = 0x0005_0000  # SECCOMP_RET_ERRNO | 0: "done", and nothing done (setpgid)
-# The calls' numbers in each ABI this filter knows: its audit architecture, whether it has
-# x32 numbers beside its own, REFUSED's numbers, then setpgid, clone3, clone, fcntl, prctl.
+# Refused whatever their arguments (EPERM)
+REFUSED = (
+    "setsid",
+    "sched_setattr",
+    "sched_setscheduler",
+    "sched_setparam",
+    "timer_create",
+    "mq_notify",
+    "ptrace",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+)
+# Refused with SIGCONT as the signal they send, which is their second or third argument
+SENDERS = {
+    "kill": 1,
+    "tkill": 1,
+    "tgkill": 2,
+    "rt_sigqueueinfo": 1,
+    "rt_tgsigqueueinfo": 2,
+    "pidfd_send_signal": 1,
+}
+# Each ABI this filter knows: its audit architecture, whether it has x32 numbers beside its
+# own, and its calls' numbers (the kernel's unistd tables)
 HOSTS = {
-    "x86_64": (0xC000_003E, True, (112, 314, 144, 142, 222, 244), (109, 435, 56, 72, 157)),
-    "aarch64": (0xC000_00B7, False, (157, 274, 119, 118, 107, 184), (154, 435, 220, 25, 167)),
+    "x86_64": (
+        0xC000_003E,
+        True,
+        {
+            "setsid": 112,
+            "sched_setattr": 314,
+            "sched_setscheduler": 144,
+            "sched_setparam": 142,
+            "timer_create": 222,
+            "mq_notify": 244,
+            "ptrace": 101,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "kill": 62,
+            "tkill": 200,
+            "tgkill": 234,
+            "rt_sigqueueinfo": 129,
+            "rt_tgsigqueueinfo": 297,
+            "pidfd_send_signal": 424,
+            "setpgid": 109,
+            "clone3": 435,
+            "clone": 56,
+            "fcntl": 72,
+            "prctl": 157,
+        },
+    ),
+    "aarch64": (
+        0xC000_00B7,
+        False,
+        {
+            "setsid": 157,
+            "sched_setattr": 274,
+            "sched_setscheduler": 119,
+            "sched_setparam": 118,
+            "timer_create": 107,
+            "mq_notify": 184,
+            "ptrace": 117,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "kill": 129,
+            "tkill": 130,
+            "tgkill": 131,
+            "rt_sigqueueinfo": 138,
+            "rt_tgsigqueueinfo": 240,
+            "pidfd_send_signal": 424,
+            "setpgid": 154,
+            "clone3": 435,
+            "clone": 220,
+            "fcntl": 25,
+            "prctl": 167,
+        },
+    ),
 }
 
 
@@ -107,7 +186,7 @@ def program(machine: str | None = None) -> bytes:
         raise FilterUnavailable(
             f"the worker's system-call filter knows {' and '.join(HOSTS)}, not {machine}"
         )
-    arch, x32, refused, (setpgid, clone3, clone, fcntl, prctl) = HOSTS[machine]
+    arch, x32, number = HOSTS[machine]
     cont = int(signal.SIGCONT)
     p = _Program()
     p.add(LOAD, ARCH)
@@ -115,14 +194,20 @@ def program(machine: str | None = None) -> bytes:
     p.add(LOAD, NR)
     if x32:
         p.add(AT_LEAST, X32_BIT, yes="refuse")
-    for number in refused:
-        p.add(EQUAL, number, yes="refuse")
-    p.add(EQUAL, setpgid, yes="pretend")
-    p.add(EQUAL, clone3, yes="no_such_call")
-    p.add(EQUAL, clone, yes="clone")
-    p.add(EQUAL, fcntl, yes="fcntl")
-    p.add(EQUAL, prctl, yes="prctl")
+    for name in REFUSED:
+        p.add(EQUAL, number[name], yes="refuse")
+    for name, argument in SENDERS.items():
+        p.add(EQUAL, number[name], yes=f"signal{argument}")
+    p.add(EQUAL, number["setpgid"], yes="pretend")
+    p.add(EQUAL, number["clone3"], yes="no_such_call")
+    p.add(EQUAL, number["clone"], yes="clone")
+    p.add(EQUAL, number["fcntl"], yes="fcntl")
+    p.add(EQUAL, number["prctl"], yes="prctl")
     p.add(RETURN, ALLOW)
+    for argument in sorted(set(SENDERS.values())):
+        p.label(f"signal{argument}")  # kill(pid, sig), tgkill(tgid, tid, sig), ...
+        p.add(LOAD, ARG[argument])
+        p.add(EQUAL, cont, yes="refuse", no="allow")
     p.label("clone")  # clone(flags, ...): the exit signal is flags' low byte
     p.add(LOAD, ARG[0])
     p.add(AND, EXIT_SIGNAL)
