@@ -334,15 +334,17 @@ def test_no_settle_when_nothing_is_timed_and_a_resampled_method_is_set_up_under_
     assert timed_after and all(index >= 0 for _, _, index in timed_after)
 
 
-def probed(waits_ms):
+def probed(waits_ms, before_ms=()):
     """A sampler whose idle probe after timed sample j (all phases, in order) waits
-    ``waits_ms[j]`` ms (0 past the list), on a "cuda" device."""
+    ``waits_ms[j]`` ms, and before its inputs are written ``before_ms[j]`` (0 past the
+    lists), on a "cuda" device."""
     worker = ScriptedWorker(lambda method, index: 1000.0 + max(index, 0))  # sample j: 1000+j
     made = sampler(worker)
     made.device, made.fit = torch.device("cuda"), 1000
     made.grow = lambda count, old: Sets()
-    waits = iter(waits_ms)
+    waits, before = iter(waits_ms), iter(before_ms)
     made._probe = lambda: next(waits, 0.0) / 1e3
+    made._probe_before = lambda: next(before, 0.0) / 1e3
     return worker, made
 
 
@@ -377,6 +379,7 @@ def test_a_sample_reported_fast_with_work_left_running_cannot_lower_the_median()
     made.grow = lambda count, old: Sets()
     waits = iter([2.1, 0.0, 2.1])
     made._probe = lambda: next(waits, 0.0) / 1e3
+    made._probe_before = lambda: 0.0
     entries = made.time_methods(["eager", "graph"], None)
     for entry in entries.values():
         samples, ranked = entry["samples_us"], entry.get("ranked_slowest", [])
@@ -408,6 +411,37 @@ def test_work_left_running_to_prepare_the_next_sample_gains_nothing():
     assert entry["not_counted"] == [1, 3]
     assert entry["ranked_slowest"] == [0, 1]  # rounds 0 and 2: the first two counted
     assert 1001.0 not in entry["samples_us"] and 1003.0 not in entry["samples_us"]
+
+
+def test_work_launched_between_samples_that_runs_into_the_next_inputs_gains_nothing():
+    """A kernel the worker launches after its reply (during its catch-up, or in the gap)
+    could wait on the sets and compute the next sample's outputs as the referee writes its
+    inputs, the worker's processes halted (a helper's review at 3bc4545; the probe after a
+    sample runs before the catch-up). The probe runs again as the worker is halted for the
+    refresh: a sample the GPU was busy before does not count, and past PROBE_RETAKES of
+    them the case is suspect."""
+    worker, made = probed([], [0, 4.0, 0, 0, 0])  # before the second sample
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert made.suspect == []
+    assert entry["not_counted"] == [1]
+    assert 1001.0 not in entry["samples_us"]
+    assert made.busy_after == [
+        "graph sample 1: the GPU was still busy 4.0 ms as the referee began to write its "
+        "inputs, the worker halted"
+    ]
+    # a stall over both probes of one sample is one of PROBE_RETAKES, not two
+    worker, made = probed([0, 2.5], [0, 4.0])
+    entry = made.time_methods(["graph"], None)["graph"]
+    assert made.suspect == [] and entry["not_counted"] == [1, 2]
+    assert made.busy_after == [
+        "graph sample 1: the GPU was still busy 2.5 ms after the worker reported the sample "
+        "done (and 4.0 ms before its inputs)"
+    ]
+    _, made = probed([], [3.0] * 40)
+    made.time_methods(["graph"], None)
+    assert len(made.busy_after) > sampling.PROBE_RETAKES
+    assert made.suspect[0].startswith(f"graph sample {sampling.PROBE_RETAKES}: the GPU was")
+    assert made.suspect[0].endswith(f"({sampling.PROBE_RETAKES + 1} samples of the case)")
 
 
 def test_a_graph_names_its_outputs_when_captured_and_every_sample_answers_same():

@@ -130,6 +130,7 @@ class Sampler:
     suspect: list[str] = field(default_factory=list)
     busy_after: list[str] = field(default_factory=list)  # samples the GPU was busy after
     _skip_next: bool = False  # the last sample found the GPU busy: the next is not counted
+    _before: float = 0.0  # the idle probe's wait as the last timed sample's inputs were written
     clock: Reader | None = None  # the device's clocks, read after each sample (clocks.py)
     # The referee's load on the device (sustained regime, busy.py): it runs while methods
     # are set up (captures, warmups); ``alone`` holds it off for a sample that sizes the
@@ -161,11 +162,12 @@ class Sampler:
     def kind(self) -> str:
         return "cuda" if self.device.type == "cuda" else "cpu"
 
-    def go(self, method: str, index: int, windows: list[Call]):
+    def go(self, method: str, index: int, windows: list[Call], probe: bool = False):
         """Refresh the sets with ``windows``, run one sample on them; (the worker's report,
-        with "same" outputs resolved, and the seconds the referee saw)."""
+        with "same" outputs resolved, and the seconds the referee saw). With ``probe`` (a
+        timed round's sample) the idle probe runs as the worker is halted for the refresh."""
         calls = len(windows)
-        self._refresh(windows)
+        self._refresh(windows, probe)
         if self.cold_l2 and self.kind == "cuda":
             timing.flush_l2(self.device, self._scratch)
         message = {"op": "go", "method": method, "index": index, "calls": calls}
@@ -219,24 +221,49 @@ class Sampler:
         torch.cuda.synchronize(self.device)
         return time.perf_counter() - began
 
-    def _counted(self, method: str, index: int, waited: float) -> tuple[bool, bool]:
+    def _probe_before(self) -> float:
+        """The idle probe as a timed sample's inputs are about to be written."""
+        return self._probe()
+
+    def _counted(
+        self, method: str, index: int, waited: float, before: float = 0.0
+    ) -> tuple[bool, bool]:
         """Whether the sample just taken counts, and whether as the phase's slowest (see
         PROBE_RETAKES): it does if the GPU was busy past PROBE_LIMIT after it, and does not
-        count if the GPU was after the one before. Past PROBE_RETAKES such samples the case
-        is timing_suspect, and every sample counts as it is (the verdict is made)."""
+        count if the GPU was after the one before, or ``before`` it, as its inputs were
+        about to be written (work the worker launched between samples, which may have
+        computed its outputs from them). Past PROBE_RETAKES such samples the case is
+        timing_suspect, and every sample counts as it is (the verdict is made)."""
         after_busy, self._skip_next = self._skip_next, False
+        busy_before = before > PROBE_LIMIT
+        if busy_before and not self._busy(
+            f"{method} sample {index}: the GPU was still busy {before * 1e3:.1f} ms as the "
+            "referee began to write its inputs, the worker halted"
+        ):
+            after_busy = True
         if waited <= PROBE_LIMIT:
             return not after_busy, False
-        note = (
+        if busy_before:  # (one sample, one of PROBE_RETAKES: a stall may span both probes)
+            self.busy_after.pop()
+            if self.suspect and self.suspect[-1].startswith(f"{method} sample {index}:"):
+                self.suspect.pop()
+        if self._busy(
             f"{method} sample {index}: the GPU was still busy {waited * 1e3:.1f} ms after "
             "the worker reported the sample done"
-        )
-        self.busy_after.append(note)
-        if len(self.busy_after) > PROBE_RETAKES:
-            self.suspect.append(f"{note} ({len(self.busy_after)} samples of the case)")
+            + (f" (and {before * 1e3:.1f} ms before its inputs)" if busy_before else "")
+        ):
             return True, False
         self._skip_next = True
         return not after_busy, True
+
+    def _busy(self, note: str) -> bool:
+        """Record a sample the GPU was busy around; True past PROBE_RETAKES of them, when
+        the case is timing_suspect for it."""
+        self.busy_after.append(note)
+        if len(self.busy_after) > PROBE_RETAKES:
+            self.suspect.append(f"{note} ({len(self.busy_after)} samples of the case)")
+            return True
+        return False
 
     def calibrate(self) -> float:
         """Seconds per call over one untimed eager sample of ``plan.warmup`` calls, on sets
@@ -431,10 +458,10 @@ class Sampler:
             # before the refresh: the sample's inputs are written right before it is sent,
             # never left for the solution's threads to work on during the rest
             time.sleep(max(0.0, self._ended + self.gap - time.perf_counter()))
-        outputs, reply, seconds = self.go(method, index, windows)
+        outputs, reply, seconds = self.go(method, index, windows, probe=True)
         self._ended = self.worker.channel.arrived
         with self.watch.span("clocks"):  # the idle probe and the NVML readings
-            counted, slowest = self._counted(method, index, self._probe())
+            counted, slowest = self._counted(method, index, self._probe(), self._before)
             reading = self.clock() if counted and self.clock is not None else None
         with self.watch.span("keep"):  # one call's outputs copied out for the checks
             self._keep_for_checking(method, index + 1, windows, outputs)
@@ -479,15 +506,18 @@ class Sampler:
             return {"error": reply.error} | asked
         return reply.model_dump(exclude={"op", "error"}) | asked
 
-    def _refresh(self, windows: list[Call]) -> None:
+    def _refresh(self, windows: list[Call], probe: bool = False) -> None:
         """Fresh values into the sets ``windows`` names (one per set, from the first), the
         worker stopped while they are written. (Running, a thread of a solution's computed
         each set's GEMM as soon as its inputs were written, before the sample started and
         outside both clocks: passed at 31.8 us a call where the calls took 294.7; CPU, red
-        team at 366baf1.)"""
+        team at 366baf1.) With ``probe``, the idle probe first (``_before``): the worker
+        halted, nothing of its should run on the device; a kernel it launched after its
+        last reply could wait on the sets and compute from them as they are written."""
         with self.watch.span("refresh"):
             self.catch_up()  # (after a message other than a sample's: a method's set-up)
             self.halt()
+            self._before = self._probe_before() if probe else 0.0
             self.sets.refresh(windows, self.fresh)
 
     def _unchanged(self, windows: list[Call], what: str) -> None:
