@@ -37,7 +37,7 @@ from inference_kernels.judge.sandbox import (
     probe,
 )
 from inference_kernels.judge.shared import Inbox, Outbox
-from inference_kernels.judge.syscall_filter import open_program
+from inference_kernels.judge.syscall_filter import opened_program
 
 SIZE = 64 << 20
 
@@ -77,18 +77,14 @@ def child(fd: int) -> None:
 
 
 def timed(command, runs: int = 5) -> float:
-    """Median seconds of ``command()``'s command; a callable of the seccomp descriptor
-    (bwrap reads the program through it, one descriptor a run), or a plain list."""
+    """Median seconds of the command ``command(fd)`` makes of a seccomp descriptor (bwrap
+    reads the program through it: one descriptor a run)."""
     seconds = []
     for _ in range(runs):
-        syscalls = open_program()
-        try:
+        with opened_program() as syscalls:
             began = time.perf_counter()
-            argv = command(syscalls) if callable(command) else command
-            subprocess.run(argv, check=True, capture_output=True, pass_fds=[syscalls])
+            subprocess.run(command(syscalls), check=True, capture_output=True, pass_fds=[syscalls])
             seconds.append(time.perf_counter() - began)
-        finally:
-            os.close(syscalls)
     return round(statistics.median(seconds), 4)
 
 
@@ -109,7 +105,7 @@ def main() -> None:
         "python_torch_cuda_sandboxed": timed(
             lambda fd: sandbox.command(here.parent, True, cuda_init, fd)
         ),
-        "python_torch_cuda_plain": timed(cuda_init),
+        "python_torch_cuda_plain": timed(lambda fd: cuda_init),
     }
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
@@ -119,15 +115,13 @@ def main() -> None:
     expected_sum = int(torch.arange(4).sum())
     ours, theirs = pair()
     values = limits(sandbox.memory, identity())
-    syscalls = open_program()
     child_command = [*python, str(here), "--child", str(theirs.fileno())]
-    process = subprocess.Popen(
-        sandbox.command(here.parent, True, child_command, syscalls),
-        pass_fds=[theirs.fileno(), syscalls],
-        preexec_fn=lambda: apply_limits(values),
-    )
-    theirs.close()
-    os.close(syscalls)
+    with theirs, opened_program() as syscalls:
+        process = subprocess.Popen(
+            sandbox.command(here.parent, True, child_command, syscalls),
+            pass_fds=[theirs.fileno(), syscalls],
+            preexec_fn=lambda: apply_limits(values),
+        )
     channel = Channel(ours)
     channel.send({"handle": buffer.handle})
     reply, fds = channel.recv(time.monotonic() + 300)

@@ -23,7 +23,7 @@ from inference_kernels.judge.syscall_filter import (
     PRETENDED,
     REFUSE,
     FilterUnavailable,
-    open_program,
+    opened_program,
     program,
 )
 
@@ -200,16 +200,13 @@ def _sandboxed(folder, script: str, before_exec=None) -> dict[str, str]:
     ok, why = probe(bwrap_path())
     if not ok:
         pytest.skip(why)
-    syscalls = open_program()
-    try:
+    with opened_program() as syscalls:
         command = Sandbox(bwrap_path(), secrets=[]).command(
             folder, False, [sys.executable, "-c", script], syscalls
         )
         done = subprocess.run(
             command, capture_output=True, text=True, pass_fds=[syscalls], preexec_fn=before_exec
         )
-    finally:
-        os.close(syscalls)
     assert done.returncode == 0, done.stderr
     return dict(line.split(" ", 1) for line in done.stdout.splitlines())
 
@@ -351,12 +348,9 @@ def test_a_stopped_worker_runs_on_only_without_the_filter(tmp_path, script):
         if printed:
             break
     assert armed == "ok" and printed > 20, (armed, printed)  # it ran on, stopped
-    syscalls = open_program()
-    try:
+    with opened_program() as syscalls:
         filtered = sandbox.command(tmp_path, False, python, syscalls)
         armed, printed = _ran_while_stopped(filtered, [syscalls])
-    finally:
-        os.close(syscalls)
     assert (armed, printed) == (REFUSED, 0)
 
 

@@ -234,36 +234,26 @@ class Sampler:
         about to be written (work the worker launched between samples, which may have
         computed its outputs from them). Past PROBE_RETAKES such samples the case is
         timing_suspect, and every sample counts as it is (the verdict is made)."""
-        after_busy, self._skip_next = self._skip_next, False
-        busy_before = before > PROBE_LIMIT
-        if busy_before and not self._busy(
-            f"{method} sample {index}: the GPU was still busy {before * 1e3:.1f} ms as the "
-            "referee began to write its inputs, the worker halted"
-        ):
-            after_busy = True
-        if waited <= PROBE_LIMIT:
-            return not after_busy, False
-        if busy_before:  # (one sample, one of PROBE_RETAKES: a stall may span both probes)
-            self.busy_after.pop()
-            if self.suspect and self.suspect[-1].startswith(f"{method} sample {index}:"):
-                self.suspect.pop()
-        if self._busy(
-            f"{method} sample {index}: the GPU was still busy {waited * 1e3:.1f} ms after "
-            "the worker reported the sample done"
-            + (f" (and {before * 1e3:.1f} ms before its inputs)" if busy_before else "")
-        ):
-            return True, False
-        self._skip_next = True
-        return not after_busy, True
-
-    def _busy(self, note: str) -> bool:
-        """Record a sample the GPU was busy around; True past PROBE_RETAKES of them, when
-        the case is timing_suspect for it."""
-        self.busy_after.append(note)
+        follows_busy, self._skip_next = self._skip_next, False
+        busy_before, busy_after = before > PROBE_LIMIT, waited > PROBE_LIMIT
+        if not (busy_before or busy_after):
+            return not follows_busy, False
+        if busy_after:  # (one note a sample, one of PROBE_RETAKES: a stall may span both)
+            note = f"still busy {waited * 1e3:.1f} ms after the worker reported the sample done"
+            note += f" (and {before * 1e3:.1f} ms before its inputs)" if busy_before else ""
+        else:
+            note = (
+                f"still busy {before * 1e3:.1f} ms as the referee began to write its inputs, "
+                "the worker halted"
+            )
+        self.busy_after.append(f"{method} sample {index}: the GPU was {note}")
         if len(self.busy_after) > PROBE_RETAKES:
-            self.suspect.append(f"{note} ({len(self.busy_after)} samples of the case)")
-            return True
-        return False
+            self.suspect.append(
+                f"{self.busy_after[-1]} ({len(self.busy_after)} samples of the case)"
+            )
+            return busy_after or not follows_busy, False
+        self._skip_next = busy_after
+        return not (follows_busy or busy_before), busy_after
 
     def calibrate(self) -> float:
         """Seconds per call over one untimed eager sample of ``plan.warmup`` calls, on sets

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .gpu_nodes import Gpu, nodes_for
-from .syscall_filter import REFUSED, FilterUnavailable, open_program
+from .syscall_filter import REFUSED, FilterUnavailable, opened_program
 
 UID = GID = 65534  # nobody / nogroup: the identity inside a user namespace
 UID_BASE = 1_900_000_000  # as root, each worker's own uid and gid: UID_BASE + a random offset
@@ -292,7 +292,7 @@ class Sandbox:
         gpu: Gpu | None = None,
     ) -> list[str]:
         """bwrap around ``worker``, which it starts under the system-call filter that the
-        descriptor ``syscalls`` holds (``syscall_filter.open_program``; pass it to bwrap)."""
+        descriptor ``syscalls`` holds (``syscall_filter.opened_program``; pass it to bwrap)."""
         arguments = self.arguments(package, cuda, build, writable, gpu)
         return [self.bwrap, *arguments, "--seccomp", str(syscalls), "--", *worker]
 
@@ -322,14 +322,11 @@ def probe(bwrap: str | None) -> tuple[bool, str]:
         version = subprocess.run(
             [bwrap, "--version"], capture_output=True, text=True, timeout=20
         ).stdout.strip()
-        syscalls = open_program()
-        try:
+        with opened_program() as syscalls:
             trial = Sandbox(bwrap).command(Path("/"), False, ["/bin/true"], syscalls)
             result = subprocess.run(
                 trial, capture_output=True, text=True, timeout=60, pass_fds=[syscalls]
             )
-        finally:
-            os.close(syscalls)
     except FilterUnavailable as error:
         return False, str(error)
     except (OSError, subprocess.SubprocessError) as error:

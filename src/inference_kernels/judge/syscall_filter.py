@@ -43,11 +43,13 @@ library the lent GPU machines need not have.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
 import signal
 import struct
+from collections.abc import Iterator
 
 # sock_filter opcodes
 LOAD = 0x20  # BPF_LD | BPF_W | BPF_ABS: the word at offset k of struct seccomp_data
@@ -231,10 +233,15 @@ def program(machine: str | None = None) -> bytes:
     return p.bytes()
 
 
-def open_program() -> int:
-    """A file descriptor (at offset 0, inheritable) that holds ``program()``: for bwrap's
-    ``--seccomp FD``, which reads it and closes it. The caller closes its own copy."""
+@contextlib.contextmanager
+def opened_program() -> Iterator[int]:
+    """A file descriptor (at offset 0) that holds ``program()``, closed on leaving: for
+    bwrap's ``--seccomp FD`` (pass it to bwrap's process, which reads it to the end: one
+    descriptor a sandbox)."""
     descriptor = os.memfd_create("worker-syscall-filter", 0)
-    os.write(descriptor, program())
-    os.lseek(descriptor, 0, os.SEEK_SET)
-    return descriptor
+    try:
+        os.write(descriptor, program())
+        os.lseek(descriptor, 0, os.SEEK_SET)
+        yield descriptor
+    finally:
+        os.close(descriptor)

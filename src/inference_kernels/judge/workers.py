@@ -20,6 +20,7 @@ the same key at once.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -57,7 +58,7 @@ from .sandbox import Sandbox, apply_limits, identity, limits
 from .shared import Inbox, SharedBuffer, Slice, TransportError, aligned
 from .signals import belongs, running, signal_tree, signal_uid, stop_uid, wake_uid
 from .stopwatch import Stopwatch
-from .syscall_filter import open_program
+from .syscall_filter import opened_program
 
 LOG_BYTES = 8 << 20
 
@@ -303,37 +304,32 @@ class WorkerHandle:
         command += ["--fd", str(theirs.fileno())]
         values = {}
         inside = str(device)  # the worker's name for its device
-        passed = [theirs.fileno()]
-        if sandbox is not None:
-            build = None if claim is None else claim.build
-            passed.append(open_program())  # (bwrap's to read, ours to close below)
-            command = sandbox.worker_command(
-                package,
-                device.type == "cuda",
-                command,
-                uid,
-                passed[-1],
-                build=None if build is None else build.folder,
-                writable=build is not None and not build.cached,
-                gpu=gpu,
-            )
-            values = limits(sandbox.memory, uid)
-            if gpu is not None:  # the one GPU its sandbox shows (gpu_nodes.py)
-                inside = "cuda:0"
-        try:
+        filtered = opened_program() if sandbox is not None else contextlib.nullcontext()
+        with theirs, filtered as syscalls:  # (each closed once bwrap has its copy)
+            if sandbox is not None:
+                build = None if claim is None else claim.build
+                command = sandbox.worker_command(
+                    package,
+                    device.type == "cuda",
+                    command,
+                    uid,
+                    syscalls,
+                    build=None if build is None else build.folder,
+                    writable=build is not None and not build.cached,
+                    gpu=gpu,
+                )
+                values = limits(sandbox.memory, uid)
+                if gpu is not None:  # the one GPU its sandbox shows (gpu_nodes.py)
+                    inside = "cuda:0"
             process = subprocess.Popen(
                 command,
-                pass_fds=passed,
+                pass_fds=[theirs.fileno(), *([] if syscalls is None else [syscalls])],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=(lambda: apply_limits(values)) if values else None,
             )
-        finally:
-            theirs.close()
-            for descriptor in passed[1:]:
-                os.close(descriptor)
         handle = cls(
             solution,
             process,
