@@ -373,6 +373,9 @@ class PhaseTiming(_Row):
     # by over 5 ms beyond the worker's time), ranked slowest too (judge/sampling.py, late
     # samples)
     late: list[int] | None = None
+    # the outside check cannot resolve the time (its resolution_us over its median): shown,
+    # never ranked on (judge/outside.py RESOLVED_WITHIN)
+    unresolved: bool | None = None
 
 
 class PhaseError(_Row):

@@ -1,5 +1,7 @@
 """The outside check's limits on CUDA (judge/outside.py), on the figures that set them."""
 
+import pytest
+
 from inference_kernels.judge import outside
 
 # The README walkthrough's Triton GEMM on the H200 (M=1): a 4,000-call graph, the worker's
@@ -45,3 +47,13 @@ def test_a_report_longer_than_the_referee_saw_is_suspect():
     # Within the slack (2% and 100 us of a sample) an equal report is honest.
     equal = [REPORTED * 1e-6 * CALLS] * 7
     assert outside.check("graph", [REPORTED] * 7, equal, CALLS, "cuda", per_call)[1] is None
+
+
+def test_a_time_counts_only_where_the_check_resolves_it():
+    # H100 rows at 7d1412d: a 4,000-call graph of 3.48 us (resolution 1.0) counts; the QSA
+    # sparse decode's 12 calls of 8.9 us a sample (its sets of 510 MB: resolution 167) not
+    assert outside.resolved(3.48, 1.0) and outside.resolved(1.0, 1.0)
+    assert not outside.resolved(8.9, 167.2) and not outside.resolved(1.0, 1.01)
+    # what a counted time can hide: a report r passes while the calls take up to
+    # (1 + TOLERANCE) r + resolution, at most (1 + TOLERANCE + RESOLVED_WITHIN) r
+    assert 1 + outside.TOLERANCE["cuda"] + outside.RESOLVED_WITHIN == pytest.approx(2.15)

@@ -494,3 +494,47 @@ def test_a_solution_judged_in_two_runs_does_not_outrank_a_faster_one_on_its_row_
         solution_table(fewer, {}), times_by_case(fewer), kind | {"cuda_d": "ours"}
     )["definitions"]
     assert d["fastest"] == "fla_d"
+
+
+def resolved_to(row, method, resolution_us, flagged=False):
+    """The row's ``method`` with the outside check's resolution (and the judge's flag)."""
+    timing = row["timing"][method]
+    timing["outside"] = {
+        "median_us": timing["median_us"] * 1.1,
+        "samples_us": [s * 1.1 for s in timing["samples_us"]],
+        "resolution_us": resolution_us,
+        "tolerance": 0.15,
+    }
+    if flagged:
+        timing["unresolved"] = True
+    return row
+
+
+def test_a_time_the_outside_check_cannot_resolve_is_shown_but_never_ranked_on():
+    """Ninth attacker's trial: where few sets fit, a worker could report any time the
+    allowance covered. A method whose resolution is over its time does not stand for its
+    case (the next method that is resolved does), in rows written before the judge flagged
+    it too; a case with none is passed and untimed."""
+    from inference_kernels.report.rows import case_phase
+
+    rows = ROWS + [
+        # w1: the graph's 1.0 us under a resolution of 50 (an older row: no flag); eager
+        # resolved at 20 of 30
+        resolved_to(
+            resolved_to(case("cheat", "w1", graph=1.0, eager=30.0), "graph", 50.0), "eager", 20.0
+        ),
+        resolved_to(case("cheat", "w2", graph=0.5), "graph", 0.4, flagged=True),  # flagged
+        resolved_to(case("cheat", "w3", graph=5.0), "graph", 5.0),  # at its time: counted
+    ]
+    assert case_phase(rows[-3]) == "eager" and case_phase(rows[-2]) is None
+    assert case_phase(rows[-1]) == "graph"
+    table = {e["solution"]: e for e in solution_table(rows, {"d": "base"})}
+    cheat = table["cheat"]
+    assert cheat["time_us"] == pytest.approx((30.0 * 5.0) ** 0.5)
+    assert cheat["passed"] == 3 and cheat["untimed"] == 1
+    assert cheat["speedup"] == pytest.approx((10 / 30 * 5 / 5) ** 0.5)  # w1 and w3 only
+    text = performance_markdown(summary(rows, {"d": "base"}))
+    assert "| d | cheat | STAND-IN | 3/3 (1 untimed) |" in text and "Untimed: passed" in text
+    assert "untimed" not in text.split("| d | base |")[1].split("\n")[0]
+    # on the two workloads both timed, the cheat is no faster: no choice over base
+    assert preferred(rows, {"d": "base"})["definitions"] == []

@@ -19,8 +19,10 @@ from ..report.tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
     STAND_IN_NOTE,
+    UNTIMED_NOTE,
     inputs_label,
     method_label,
+    passed_label,
     speedup_label,
 )
 from .common import (
@@ -350,7 +352,7 @@ def _run_table(table: list[dict]) -> None:
             escape(entry["definition"]),
             escape(entry["solution"]),
             inputs_label(entry["inputs"]),
-            f"{entry['passed']}/{entry['cases']}",
+            passed_label(entry),
             f"[red]{escape(failed)}[/red]" if failed else "",
             f"{entry['time_us']:.1f}" if entry["time_us"] else "-",
             method_label(entry),
@@ -360,7 +362,8 @@ def _run_table(table: list[dict]) -> None:
     console.print(
         "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
         f"task's baseline on the same workloads. {INTERVAL_NOTE} {STAND_IN_NOTE}"
-        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in table) else ""),
+        + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in table) else "")
+        + (f" {UNTIMED_NOTE}" if any(e["untimed"] for e in table) else ""),
         highlight=False,
     )
 

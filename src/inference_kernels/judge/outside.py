@@ -52,6 +52,17 @@ LATE_FLOOR = {"cuda": 0.005, "cpu": 0.0}  # seconds
 # A sample is suspect when the host, waiting for the whole device, saw this much more
 # than the events (work on a stream the events do not cover).
 HOST_RATIO, HOST_SLACK_US = 1.5, 200.0
+# A method's time counts (reports rank on it, ``report/rows.py``) only where the check
+# resolves it: its ``resolution_us`` at most RESOLVED_WITHIN times its median. A counted
+# time is then at least 1 / (1 + TOLERANCE + RESOLVED_WITHIN) of what the calls took (on
+# a GPU 1/2.15, on the CPU 1/3); beyond it a worker could report any time the allowance
+# covers. Where the sets that fit cap a sample's calls, ``_longer`` cannot lengthen it: a
+# QSA sparse decode of 418-510 MB sets got 2 calls a sample on the CPU (resolution 4,022 us
+# a call) and a solution reporting what the allowance let through passed at 1,436 us where
+# the referee saw 5,800-6,100 and the honest baseline took 8,547; on an H100 the honest
+# Triton kernel's 12-17 calls of 8.7 us had a resolution of 118-167 (ninth attacker's trial,
+# docs/measurements/h200-sandbox.md).
+RESOLVED_WITHIN = 1.0
 
 
 def check(
@@ -131,3 +142,9 @@ def host_check(method: str, median_us: float, host_us: float | None, iters: int)
             f"{method}: the host waited far longer than the timed stream (work outside the timer)"
         )
     return None
+
+
+def resolved(median_us: float, resolution_us: float) -> bool:
+    """Whether the check resolves a method's time (RESOLVED_WITHIN): only then does it
+    count."""
+    return resolution_us <= RESOLVED_WITHIN * median_us

@@ -131,9 +131,12 @@ SETS_BUDGET_CUDA_FRACTION = 0.25  # of free device memory
 # (docs/measurements/h200-timing-fidelity.md, fifteenth session). A job of many large
 # solutions still shrinks the later workers' arenas: each gets a quarter of what is free.
 SETS_BUDGET_CUDA_MAX = 16 << 30
-_CAP = os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES", "")  # experiments (sets_probe.py)
+# Experiments (sets_probe.py) and tests (samples of few sets: test_short_samples.py) set
+# the cap, which then holds on the CPU too.
+_CAP = os.environ.get("INFERENCE_KERNELS_SETS_CAP_BYTES", "")
 if _CAP.isdigit() and int(_CAP) > 0:
     SETS_BUDGET_CUDA_MAX = int(_CAP)
+    SETS_BUDGET_CPU = min(SETS_BUDGET_CPU, int(_CAP))
 MAX_SETS = 4000
 # A worker keeps the input buffers it was shown until it dies (``WorkerHandle.lend``): on
 # CUDA one arena of the sets budget (fraction and cap above), made when it starts and

@@ -567,6 +567,8 @@ class Sampler:
         if method == "graph":
             result["launch"] = phase.launch or "run"
         result["outside"] = self._outside(method, phase)
+        if not outside.resolved(result["median_us"], result["outside"]["resolution_us"]):
+            result["unresolved"] = True  # shown, never ranked on (outside.RESOLVED_WITHIN)
         clocks = phase.clocks.summary(result["median_us"])
         if clocks is not None:
             result["clocks"] = clocks

@@ -29,7 +29,7 @@ from ..stats import median_interval
 from ..statuses import PASSED
 from .compare import Timed, speedup_entry, times_by_case
 from .failures import grouped
-from .rows import case_rows, indicative, regime
+from .rows import case_rows, counted, indicative, regime
 from .sol import fractions
 from .tables import (
     INDICATIVE_NOTE,
@@ -149,6 +149,11 @@ def _phase_cell(timing: dict[str, Any] | None) -> str:
         text += f' <span class="ci">[{_us(low)}-{_us(high)}]</span>'
     if indicative(timing.get("method", "")):
         text += ' <span class="badge indicative">CPU</span>'
+    if not counted(timing):
+        text += (
+            ' <span class="badge unresolved" title="the outside check cannot resolve this '
+            'time: never ranked on">unresolved</span>'
+        )
     return text
 
 
@@ -435,6 +440,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .badge.stand-in { background: #fde68a; color: #7c2d12; }
 .badge.captured { background: #d1fae5; color: #065f46; }
 .badge.indicative { background: #e0e7ff; color: #3730a3; }
+.badge.unresolved { background: #fee2e2; color: #991b1b; }
 .good, .verdict.faster { color: #047857; }
 .bad, .verdict.slower { color: #b91c1c; }
 pre { white-space: pre-wrap; word-break: break-all; background: #f8f9fb; padding: 6px; }

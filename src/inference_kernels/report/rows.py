@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import DatasetError
+from ..judge.outside import resolved
 from ..schema import CaseRow, EnvironmentRow
 from ..signing import key, row_verifies
 from ..statuses import PASSED
@@ -99,14 +100,26 @@ def gpus_of_cases(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str 
 
 
 def _phase(row: dict[str, Any]) -> dict[str, Any] | None:
-    """The timing entry that stands for a passed case (TIME_PREFERENCE), or None."""
+    """The timing entry that stands for a passed case (TIME_PREFERENCE), or None: the
+    first method with a time the outside check resolves (``counted``)."""
     if row.get("status") != PASSED:
         return None
     for method in TIME_PREFERENCE:
         timing = row.get("timing", {}).get(method, {})
-        if isinstance(timing.get("median_us"), (int, float)) and timing["median_us"] > 0:
+        if isinstance(timing, dict) and counted(timing):
             return {"phase": method, **timing}
     return None
+
+
+def counted(timing: dict[str, Any]) -> bool:
+    """Whether a method's time may stand for its case: positive, and resolved by the
+    outside check (``judge/outside.py`` RESOLVED_WITHIN; for rows written before the judge
+    said so, from their ``resolution_us``)."""
+    median = timing.get("median_us")
+    if not isinstance(median, (int, float)) or median <= 0 or timing.get("unresolved"):
+        return False
+    resolution = (timing.get("outside") or {}).get("resolution_us")
+    return not isinstance(resolution, (int, float)) or resolved(median, resolution)
 
 
 def case_time(row: dict[str, Any]) -> tuple[float, str] | None:

@@ -17,8 +17,10 @@ from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
     SOL_NOTE,
+    UNTIMED_NOTE,
     inputs_label,
     method_label,
+    passed_label,
     sol_label,
     solution_table,
     speedup_label,
@@ -67,6 +69,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "is the paired geometric mean over the task baseline on the same workloads. "
         + INTERVAL_NOTE
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else "")
+        + (f" {UNTIMED_NOTE}" if any(e.get("untimed") for e in report["solutions"]) else "")
         + " "
         + SOL_NOTE,
         "",
@@ -79,7 +82,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         speedup = speedup_label(entry["speedup"], entry["speedup_interval"], entry["significance"])
         lines.append(
             f"| {entry['definition']} | {entry['solution']} | {inputs_label(entry['inputs'])} "
-            f"| {entry['passed']}/{entry['cases']} "
+            f"| {passed_label(entry)} "
             f"| {time_us} | {method_label(entry)} | {speedup} | {sol_label(entry)} "
             f"| {rates_label(entry)} |"
         )

@@ -54,6 +54,9 @@ def solution_table(
                 # a solution judged in two runs has two rows a workload: rank by workloads
                 "workloads": len({row["uuid"] for row in group}),
                 "passed": statuses.get(PASSED, 0),
+                # passed workloads without a time that counts (rows.counted): the outside
+                # check cannot resolve theirs
+                "untimed": len({key[2] for key in passed} - set(mine)),
                 "failed": {k: v for k, v in statuses.items() if k != PASSED},
                 "time_us": geomean([timed.us for timed in mine.values()]),
                 "method": ", ".join(sorted(methods)),
@@ -104,6 +107,18 @@ def inputs_label(inputs: str) -> str:
     """How results show an entry's inputs: stand-ins in capitals, so none passes for
     captured data."""
     return inputs.replace("stand-in", "STAND-IN")
+
+
+UNTIMED_NOTE = (
+    "Untimed: passed, but the judge cannot vouch for the time (the outside check's "
+    "resolution is over the time itself): shown in the rows, never ranked on."
+)
+
+
+def passed_label(entry: dict[str, Any]) -> str:
+    """Passed of judged cases, and the passed workloads that have no time that counts."""
+    label = f"{entry['passed']}/{entry['cases']}"
+    return label + (f" ({entry['untimed']} untimed)" if entry.get("untimed") else "")
 
 
 INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
