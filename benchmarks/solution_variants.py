@@ -347,6 +347,16 @@ def print_summary(paths: list[Path], as_json: bool) -> None:
                 print(f"  {'':<44} first failure: {row['first_error']}")
 
 
+def sequential_pdl() -> None:
+    """Triton's interpreter has no grid dependency control (its gdc_wait raises), and runs
+    each kernel whole before the next: a kernel launched with PDL then waits for nothing,
+    and its gdc calls do nothing (tests/solutions/kernel_check.py --pdl is the stricter
+    check: what the kernel ahead wrote is poison until the wait)."""
+    import triton.language.extra.cuda as cuda
+
+    cuda.gdc_wait = cuda.gdc_launch_dependents = lambda: None
+
+
 def main() -> None:
     if "--summarize" in sys.argv:
         summary = argparse.ArgumentParser(description="Summarize sweeps' lines")
@@ -383,6 +393,8 @@ def main() -> None:
         help="go on from a stopped run of this sweep whose lines are in FILE",
     )
     given = parser.parse_args()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sequential_pdl()
     dataset = load_dataset(given.dataset)
     if given.solution not in dataset.solutions:
         raise SystemExit(f"no solution {given.solution!r} in {given.dataset}")

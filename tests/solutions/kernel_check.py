@@ -25,8 +25,9 @@ hands back whatever was there.
 
 ``--pdl`` emulates programmatic dependent launch, which the interpreter lacks (``emulate_pdl``):
 a kernel launched with ``launch_pdl`` reads what the kernel ahead of it wrote as poison in
-each of its programs until its gdc_wait, as it may on a GPU; ``--pdl-selftest`` checks the
-emulation on two kernels of its own.
+each of its programs until its gdc_wait, as it may on a GPU (a solution shipped with its
+``PDL`` True is always checked so); ``--pdl-selftest`` checks the emulation on two kernels
+of its own.
 
 ``--set`` gives one of the solution's module constants (a tile size) another value: a
 real-size workload checked with wider tiles takes the interpreter fewer programs, while
@@ -39,6 +40,7 @@ large for the interpreter.
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import tempfile
@@ -464,9 +466,8 @@ def main() -> None:
         run_programs_reversed()
     if "--poison" in sys.argv:
         poison_empty()
-    if "--pdl" in sys.argv:
-        emulate_pdl()
     if "--pdl-selftest" in sys.argv:
+        emulate_pdl()
         print(json.dumps(pdl_selftest()))
         return
     solution = DATASET_INDEX.solutions[name]
@@ -477,6 +478,8 @@ def main() -> None:
         set_constants(entry, settings, name)
     except ValueError as error:
         raise SystemExit(f"--set: {error}") from None
+    if "--pdl" in sys.argv or inspect.unwrap(entry).__globals__.get("PDL") is True:
+        emulate_pdl()  # (a solution shipped with PDL on is checked as a GPU may run it)
     definition, workloads = cases(solution.definition)
     if "--uuid" in sys.argv:  # a workload that takes another path through the kernel
         uuid = sys.argv[sys.argv.index("--uuid") + 1]
