@@ -16,19 +16,11 @@ from inference_kernels.judge.session import Request, judge
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "exploits"))
-from exploit_solutions import DEFINITION, write_candidates  # noqa: E402
+from exploit_solutions import exploit_request  # noqa: E402
 
 
 def _request(folder: Path, **extra) -> Request:
-    return Request(
-        definitions=[DEFINITION],
-        solutions=[],
-        candidates=write_candidates(folder, ["honest_main", "uncapturable"]),
-        report=folder / "results.jsonl",
-        timeout=120,
-        cache=folder / "cache",
-        **extra,
-    )
+    return exploit_request(folder, ["honest_main", "uncapturable"], **extra)
 
 
 @pytest.fixture(scope="module")
