@@ -535,6 +535,11 @@ def test_a_time_the_outside_check_cannot_resolve_is_shown_but_never_ranked_on():
     assert cheat["speedup"] == pytest.approx((10 / 30 * 5 / 5) ** 0.5)  # w1 and w3 only
     text = performance_markdown(summary(rows, {"d": "base"}))
     assert "| d | cheat | STAND-IN | 3/3 (1 untimed) |" in text and "Untimed: passed" in text
+    untimed = [case("none", u, graph=0.5) for u in ("w1", "w2")]
+    for row in untimed:
+        row["timing"]["graph"]["unresolved"] = True
+    alone = performance_markdown(summary(untimed, {"d": "none"}))
+    assert "| d | none | STAND-IN | 2/2 (2 untimed) | - | - | - |" in alone
     assert "untimed" not in text.split("| d | base |")[1].split("\n")[0]
     # on the two workloads both timed, the cheat is no faster: no choice over base
     assert preferred(rows, {"d": "base"})["definitions"] == []

@@ -150,6 +150,9 @@ def speedup_label(speedup: float | None, interval: list[float] | None, verdict: 
 
 
 def method_label(entry: dict[str, Any]) -> str:
-    """The clock and the regime of an entry's times, e.g. "cuda-graph, sustained"."""
+    """The clock and the regime of an entry's times, e.g. "cuda-graph, sustained"; - where
+    it has no time that counts."""
+    if not entry["method"]:
+        return "-"
     label = ", ".join(part for part in (entry["method"], entry.get("regime")) if part)
     return label + (" (indicative)" if entry.get("indicative") else "")
