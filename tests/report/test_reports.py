@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 from inference_kernels.cli import app
 from inference_kernels.report.compare import comparison
 from inference_kernels.report.summary import performance_markdown, preferred, summary
-from inference_kernels.report.tables import solution_table
+from inference_kernels.report.tables import passed_label, solution_table
 from inference_kernels.signing import sign_row
 
 
@@ -496,12 +496,14 @@ def test_a_solution_judged_in_two_runs_does_not_outrank_a_faster_one_on_its_row_
     assert d["fastest"] == "fla_d"
 
 
-def resolved_to(row, method, resolution_us, flagged=False):
-    """The row's ``method`` with the outside check's resolution (and the judge's flag)."""
+def resolved_to(row, method, resolution_us, flagged=False, seen_us=None):
+    """The row's ``method`` with the outside check's resolution (and the judge's flag), the
+    referee having seen ``seen_us`` a call (1.1 times the reported time unless given)."""
     timing = row["timing"][method]
+    seen = seen_us or timing["median_us"] * 1.1
     timing["outside"] = {
-        "median_us": timing["median_us"] * 1.1,
-        "samples_us": [s * 1.1 for s in timing["samples_us"]],
+        "median_us": seen,
+        "samples_us": [s * seen / timing["median_us"] for s in timing["samples_us"]],
         "resolution_us": resolution_us,
         "tolerance": 0.15,
     }
@@ -510,12 +512,14 @@ def resolved_to(row, method, resolution_us, flagged=False):
     return row
 
 
-def test_a_time_the_outside_check_cannot_resolve_is_shown_but_never_ranked_on():
+def test_a_time_the_outside_check_cannot_resolve_is_never_ranked_on_the_referees_is():
     """Ninth attacker's trial: where few sets fit, a worker could report any time the
     allowance covered. A method whose resolution is over its time does not stand for its
     case (the next method that is resolved does), in rows written before the judge flagged
-    it too; a case with none is passed and untimed."""
-    from inference_kernels.report.rows import case_phase
+    it too. Tenth: a case with none resolved, left untimed, was left out of the solution's
+    comparisons, so a slow solution could hide its slow workloads; the referee's own time
+    of the calls (an upper bound) now stands for it."""
+    from inference_kernels.report.rows import case_phase, timed_outside
 
     rows = ROWS + [
         # w1: the graph's 1.0 us under a resolution of 50 (an older row: no flag); eager
@@ -523,23 +527,27 @@ def test_a_time_the_outside_check_cannot_resolve_is_shown_but_never_ranked_on():
         resolved_to(
             resolved_to(case("cheat", "w1", graph=1.0, eager=30.0), "graph", 50.0), "eager", 20.0
         ),
-        resolved_to(case("cheat", "w2", graph=0.5), "graph", 0.4, flagged=True),  # flagged
+        # w2: reported 0.5 where the referee saw 60 a call, flagged
+        resolved_to(case("cheat", "w2", graph=0.5), "graph", 50.0, flagged=True, seen_us=60.0),
         resolved_to(case("cheat", "w3", graph=5.0), "graph", 5.0),  # at its time: counted
     ]
-    assert case_phase(rows[-3]) == "eager" and case_phase(rows[-2]) is None
-    assert case_phase(rows[-1]) == "graph"
+    assert [case_phase(row) for row in rows[-3:]] == ["eager", "graph", "graph"]
+    assert [timed_outside(row) for row in rows[-3:]] == [False, True, False]
     table = {e["solution"]: e for e in solution_table(rows, {"d": "base"})}
     cheat = table["cheat"]
-    assert cheat["time_us"] == pytest.approx((30.0 * 5.0) ** 0.5)
-    assert cheat["passed"] == 3 and cheat["untimed"] == 1
-    assert cheat["speedup"] == pytest.approx((10 / 30 * 5 / 5) ** 0.5)  # w1 and w3 only
+    assert cheat["time_us"] == pytest.approx((30.0 * 60.0 * 5.0) ** (1 / 3))
+    assert cheat["passed"] == 3 and cheat["timed_outside"] == 1
+    # every workload paired, w2 on what the referee saw: 10/30, 40/60, 5/5
+    assert cheat["speedup"] == pytest.approx((10 / 30 * 40 / 60 * 5 / 5) ** (1 / 3))
     text = performance_markdown(summary(rows, {"d": "base"}))
-    assert "| d | cheat | STAND-IN | 3/3 (1 untimed) |" in text and "Untimed: passed" in text
-    untimed = [case("none", u, graph=0.5) for u in ("w1", "w2")]
-    for row in untimed:
-        row["timing"]["graph"]["unresolved"] = True
-    alone = performance_markdown(summary(untimed, {"d": "none"}))
-    assert "| d | none | STAND-IN | 2/2 (2 untimed) | - | - | - |" in alone
-    assert "untimed" not in text.split("| d | base |")[1].split("\n")[0]
-    # on the two workloads both timed, the cheat is no faster: no choice over base
-    assert preferred(rows, {"d": "base"})["definitions"] == []
+    assert "| d | cheat | STAND-IN | 3/3 (1 timed outside) |" in text
+    assert "Timed outside: passed" in text
+    assert "timed outside" not in text.split("| d | base |")[1].split("\n")[0]
+    alone = [resolved_to(case("none", u, graph=0.5), "graph", 9.0, True, 8.0) for u in "ab"]
+    entry = solution_table(alone, {"d": "none"})[0]
+    assert entry["time_us"] == pytest.approx(8.0) and passed_label(entry) == "2/2 (2 timed outside)"
+    # a row from before the outside check, its time flagged: passed, no time at all
+    bare = case("none", "c", graph=0.5)
+    bare["timing"]["graph"]["unresolved"] = True
+    assert case_phase(bare) is None and solution_table([bare], {})[0]["time_us"] is None
+    assert "cheat" not in [d["solution"] for d in preferred(rows, {"d": "base"})["definitions"]]

@@ -17,6 +17,7 @@ from .rows import (
     gpus_of_cases,
     indicative,
     regime,
+    timed_outside,
 )
 from .sol import achieved, fractions
 
@@ -28,6 +29,7 @@ class Timed(NamedTuple):
     regime: str
     gpu: str | None = None  # UUID
     phase: str = "graph"  # the method of TIME_PREFERENCE the time is of
+    outside: bool = False  # the referee's own time (its own unresolved: rows._phase)
 
 
 def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Timed]]:
@@ -37,7 +39,10 @@ def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str,
         measured = case_time(row)
         if measured:
             phase = case_phase(row)  # (a passed, timed case: never None here)
-            timed = Timed(measured[0], measured[1], case_samples(row), regime(row), gpu, phase)
+            samples = case_samples(row)
+            timed = Timed(
+                measured[0], measured[1], samples, regime(row), gpu, phase, timed_outside(row)
+            )
             times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
 

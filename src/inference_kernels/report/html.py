@@ -152,7 +152,8 @@ def _phase_cell(timing: dict[str, Any] | None) -> str:
     if not counted(timing):
         text += (
             ' <span class="badge unresolved" title="the outside check cannot resolve this '
-            'time: never ranked on">unresolved</span>'
+            "time: never ranked on (without a resolved one the referee&#39;s own time of the "
+            'calls stands for the case)">unresolved</span>'
         )
     return text
 

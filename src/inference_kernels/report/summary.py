@@ -16,8 +16,8 @@ from .sol import rates_label
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
+    OUTSIDE_NOTE,
     SOL_NOTE,
-    UNTIMED_NOTE,
     inputs_label,
     method_label,
     passed_label,
@@ -69,7 +69,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "is the paired geometric mean over the task baseline on the same workloads. "
         + INTERVAL_NOTE
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else "")
-        + (f" {UNTIMED_NOTE}" if any(e.get("untimed") for e in report["solutions"]) else "")
+        + (f" {OUTSIDE_NOTE}" if any(e.get("timed_outside") for e in report["solutions"]) else "")
         + " "
         + SOL_NOTE,
         "",

@@ -54,9 +54,9 @@ def solution_table(
                 # a solution judged in two runs has two rows a workload: rank by workloads
                 "workloads": len({row["uuid"] for row in group}),
                 "passed": statuses.get(PASSED, 0),
-                # passed workloads without a time that counts (rows.counted): the outside
-                # check cannot resolve theirs
-                "untimed": len({key[2] for key in passed} - set(mine)),
+                # passed workloads timed by the referee's own clock: the outside check
+                # cannot resolve the solution's time (rows._phase)
+                "timed_outside": sum(timed.outside for timed in mine.values()),
                 "failed": {k: v for k, v in statuses.items() if k != PASSED},
                 "time_us": geomean([timed.us for timed in mine.values()]),
                 "method": ", ".join(sorted(methods)),
@@ -109,16 +109,18 @@ def inputs_label(inputs: str) -> str:
     return inputs.replace("stand-in", "STAND-IN")
 
 
-UNTIMED_NOTE = (
-    "Untimed: passed, but the judge cannot vouch for the time (the outside check's "
-    "resolution is over the time itself): shown in the rows, never ranked on."
+OUTSIDE_NOTE = (
+    "Timed outside: passed, but the outside check cannot resolve the solution's own time "
+    "(its resolution is over the time itself): the referee's own time of the calls stands "
+    "for it, an upper bound (the judge's overhead is in it)."
 )
 
 
 def passed_label(entry: dict[str, Any]) -> str:
-    """Passed of judged cases, and the passed workloads that have no time that counts."""
+    """Passed of judged cases, and the passed workloads timed by the referee's clock."""
     label = f"{entry['passed']}/{entry['cases']}"
-    return label + (f" ({entry['untimed']} untimed)" if entry.get("untimed") else "")
+    count = entry.get("timed_outside")
+    return label + (f" ({count} timed outside)" if count else "")
 
 
 INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
