@@ -61,6 +61,32 @@ def test_stop_and_continue_every_process_of_the_uid(sleepers):
     assert _settled(lambda: pids <= set(signals.running(UID)))
 
 
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="SYS_exit's number is x86-64's")
+def test_a_process_whose_first_thread_exited_is_running_while_a_thread_is(sleepers):
+    """The first thread of a process leaves by the exit system call (60 on x86-64: that
+    thread alone, not the group): /proc/PID/status then says Z while another thread runs
+    on (tenth attacker's trial). ``running`` reads the threads of such a process; a
+    stopped one is not running."""
+    code = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=lambda: [time.sleep(0.001) for _ in iter(int, 1)]).start()\n"
+        "ctypes.CDLL(None).syscall(60, 0)\n"
+    )
+    python = "/usr/bin/python3"  # (the test's own may be where the uid cannot read it)
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no {python}")
+    process = subprocess.Popen([python, "-c", code], user=UID, group=UID, extra_groups=[])
+    try:
+        leader = Path(f"/proc/{process.pid}/status")
+        assert _settled(lambda: b"State:\tZ" in leader.read_bytes())
+        assert process.pid in signals.running(UID)
+        os.kill(process.pid, signal.SIGSTOP)
+        assert _settled(lambda: process.pid not in signals.running(UID))
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_a_signaller_that_went_away_is_started_again(sleepers):
     signals.signal_uid(UID, signal.SIGCONT)  # a signaller is running
     first = signals._signaller.process
