@@ -83,6 +83,9 @@ ROUTER_TILED = (  # the smallest workloads are decode (M=1: the GEMV path); M=12
 # into zeroed scores and finished by _select: a part that sums the first quarter of D, a
 # _select that leaves the sums raw, or scores not zeroed (poisoned) fails both outputs
 ROUTER_SPLIT_K = (*ROUTER_TILED, "--set", "SPLIT_K=4", "--poison")
+# the same with its sums made by torch.mm (WIDE "cublas", a variant: cuBLAS on a GPU, FP32
+# matmul here) and finished by _select as it reads them
+ROUTER_CUBLAS = (*ROUTER_TILED, "--set", "WIDE=cublas", "--poison")
 # The smallest workloads fit in one chunk of 64 tokens; these 239 tokens (sequences of 58,
 # 91 and 90) carry the state from chunk to chunk and end in partial chunks (a diagonal
 # block's substitution step that adds the row it should subtract fails both outputs, as
@@ -207,6 +210,7 @@ FIXED = {
     "test_the_pdl_emulation_poisons_what_the_kernel_ahead_wrote_until_its_wait": PDL_SELFTEST,
     "test_the_routers_tensor_core_path": ROUTER_TILED,
     "test_the_routers_tensor_core_path_splits_d": ROUTER_SPLIT_K,
+    "test_the_routers_sums_by_torch_mm": ROUTER_CUBLAS,
     "test_the_chunked_gdn_carries_the_state_across_chunks": GDN_CHUNKS,
     "test_the_chunked_gdn_takes_short_calls_token_by_token": GDN_SHORT,
     "test_the_chunked_gdn_token_by_token_in_the_states_layout": GDN_SHORT_ROWS,
@@ -420,6 +424,12 @@ def test_the_pdl_emulation_poisons_what_the_kernel_ahead_wrote_until_its_wait():
 
 def test_the_routers_tensor_core_path_splits_d():
     (case,) = _checked(*ROUTER_SPLIT_K)
+    assert case["axes"] == {"M": 128}
+    assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
+
+
+def test_the_routers_sums_by_torch_mm():
+    (case,) = _checked(*ROUTER_CUBLAS)
     assert case["axes"] == {"M": 128}
     assert case["verdicts"] == [True, True] and case["inputs_unchanged"], case
 
