@@ -36,7 +36,7 @@ declare -A SOLUTIONS_OF=(
 declare -A RUN_ARGS_OF=([kt]='--methods graph --kernel-times')
 declare -A SWEEP_OF=(  # benchmarks/variants.txt's lines, by their solution's name
   [v1]='moe_router|mixed_mla|qsa_index|chunked_gdn|qsa_sparse|prefix0'
-  [v2]='dense_attention|bias_n1536|bias_n384_k384|k128|neighborhood_attention_3d_h(8|16)_'
+  [v2]='dense_attention|bias_n1536|bias_n384_k384|bias_n384_k1536|k128|neighborhood_attention_3d_h(8|16)_'
 )
 declare -A SWEEP_SECONDS=([v1]=90 [v2]=60)
 if [[ -n ${LIST:-} ]]; then
