@@ -79,8 +79,10 @@ def test_a_process_whose_first_thread_exited_is_running_while_a_thread_is(sleepe
     try:
         leader = Path(f"/proc/{process.pid}/status")
         assert _settled(lambda: b"State:\tZ" in leader.read_bytes())
+        time.sleep(0.05)
+        assert process.poll() is None, "the child ended: its thread did not run on"
         assert process.pid in signals.running(UID)
-        os.kill(process.pid, signal.SIGSTOP)
+        signals.signal_uid(UID, signal.SIGSTOP)  # as a freeze stops the uid
         assert _settled(lambda: process.pid not in signals.running(UID))
     finally:
         process.kill()

@@ -18,12 +18,12 @@ from ..report.sol import rates_label
 from ..report.tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
-    OUTSIDE_NOTE,
     STAND_IN_NOTE,
     inputs_label,
     method_label,
     passed_label,
     speedup_label,
+    time_notes,
 )
 from .common import (
     DataRootOption,
@@ -363,7 +363,7 @@ def _run_table(table: list[dict]) -> None:
         "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
         f"task's baseline on the same workloads. {INTERVAL_NOTE} {STAND_IN_NOTE}"
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in table) else "")
-        + (f" {OUTSIDE_NOTE}" if any(e["timed_outside"] for e in table) else ""),
+        + time_notes(table),
         highlight=False,
     )
 

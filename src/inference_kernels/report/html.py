@@ -37,7 +37,9 @@ from .tables import (
     STAND_IN_NOTE,
     inputs_label,
     method_label,
+    passed_label,
     solution_table,
+    time_notes,
 )
 
 PHASES = ("eager", "prepared", "graph")
@@ -271,7 +273,7 @@ def _status_table(entries: list[dict[str, Any]]) -> str:
             [
                 _e(entry["solution"]) + (" <em>(baseline)</em>" if is_baseline else ""),
                 _inputs_badge(entry["inputs"]),
-                f"{entry['passed']}/{entry['cases']}",
+                _e(passed_label(entry)),
                 f'<span class="bad">{_e(failed)}</span>' if failed else "",
                 _us(entry["time_us"]) if entry["time_us"] else "-",
                 _e(method_label(entry)),
@@ -490,6 +492,8 @@ def page(
     notes = [INTERVAL_NOTE, STAND_IN_NOTE, COMBINING_NOTE]
     if any(entry["indicative"] for entry in context["table"]):
         notes.append(INDICATIVE_NOTE)
+    if timed := time_notes(context["table"]).strip():
+        notes.append(timed)
     environments = [row for row in rows if row.get("type") == "environment"]
     written = datetime.now(UTC).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>

@@ -16,7 +16,6 @@ from .sol import rates_label
 from .tables import (
     INDICATIVE_NOTE,
     INTERVAL_NOTE,
-    OUTSIDE_NOTE,
     SOL_NOTE,
     inputs_label,
     method_label,
@@ -24,6 +23,7 @@ from .tables import (
     sol_label,
     solution_table,
     speedup_label,
+    time_notes,
 )
 from .tables import ranked as ranked_entries
 
@@ -69,7 +69,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "is the paired geometric mean over the task baseline on the same workloads. "
         + INTERVAL_NOTE
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else "")
-        + (f" {OUTSIDE_NOTE}" if any(e.get("timed_outside") for e in report["solutions"]) else "")
+        + time_notes(report["solutions"])
         + " "
         + SOL_NOTE,
         "",

@@ -54,9 +54,10 @@ def solution_table(
                 # a solution judged in two runs has two rows a workload: rank by workloads
                 "workloads": len({row["uuid"] for row in group}),
                 "passed": statuses.get(PASSED, 0),
-                # passed workloads timed by the referee's own clock: the outside check
-                # cannot resolve the solution's time (rows._phase)
+                # passed workloads whose own time the outside check cannot resolve
+                # (rows._phase): timed by the referee's clock (the CPU's), or untimed
                 "timed_outside": sum(timed.outside for timed in mine.values()),
+                "untimed": len({key[2] for key in passed} - set(mine)),
                 "failed": {k: v for k, v in statuses.items() if k != PASSED},
                 "time_us": geomean([timed.us for timed in mine.values()]),
                 "method": ", ".join(sorted(methods)),
@@ -110,17 +111,37 @@ def inputs_label(inputs: str) -> str:
 
 
 OUTSIDE_NOTE = (
-    "Timed outside: passed, but the outside check cannot resolve the solution's own time "
-    "(its resolution is over the time itself): the referee's own time of the calls stands "
-    "for it, an upper bound (the judge's overhead is in it)."
+    "Timed outside (CPU): passed, but the outside check cannot resolve the solution's own "
+    "time (its resolution is over the time itself): the referee's own time of the calls "
+    "stands for it, an upper bound (the judge's overhead is in it)."
+)
+UNTIMED_NOTE = (
+    "Untimed (GPU): passed, but the outside check cannot resolve the solution's own time "
+    "(too few calls fit a sample): shown in the rows, never ranked on."
 )
 
 
+def time_notes(entries: list[dict[str, Any]]) -> str:
+    """The notes for the entries' workloads timed outside or untimed, if any (with a
+    leading space)."""
+    notes = [
+        f" {note}"
+        for field, note in (("timed_outside", OUTSIDE_NOTE), ("untimed", UNTIMED_NOTE))
+        if any(entry.get(field) for entry in entries)
+    ]
+    return "".join(notes)
+
+
 def passed_label(entry: dict[str, Any]) -> str:
-    """Passed of judged cases, and the passed workloads timed by the referee's clock."""
+    """Passed of judged cases, and the passed workloads timed by the referee's clock or
+    not at all."""
     label = f"{entry['passed']}/{entry['cases']}"
-    count = entry.get("timed_outside")
-    return label + (f" ({count} timed outside)" if count else "")
+    parts = [
+        f"{entry[field]} {words}"
+        for field, words in (("timed_outside", "timed outside"), ("untimed", "untimed"))
+        if entry.get(field)
+    ]
+    return label + (f" ({', '.join(parts)})" if parts else "")
 
 
 INDICATIVE_NOTE = "CPU wall-clock times are indicative only: no preferred solution comes of them."
