@@ -5,6 +5,7 @@ from typer.testing import CliRunner
 
 from inference_kernels.cli import app
 from inference_kernels.report.compare import comparison
+from inference_kernels.report.rows import standing
 from inference_kernels.report.summary import performance_markdown, preferred, summary
 from inference_kernels.report.tables import passed_label, solution_table
 from inference_kernels.signing import sign_row
@@ -496,6 +497,16 @@ def test_a_solution_judged_in_two_runs_does_not_outrank_a_faster_one_on_its_row_
     assert d["fastest"] == "fla_d"
 
 
+def case_phase(row):
+    """The method whose time stands for a case (rows.standing), or None."""
+    return (standing(row) or {}).get("phase")
+
+
+def timed_outside(row):
+    """Whether the time that stands for a case is the referee's own."""
+    return bool((standing(row) or {}).get("from_outside"))
+
+
 def resolved_to(row, method, resolution_us, flagged=False, seen_us=None):
     """The row's ``method`` with the outside check's resolution (and the judge's flag), the
     referee having seen ``seen_us`` a call (1.1 times the reported time unless given)."""
@@ -518,8 +529,6 @@ def test_a_time_the_outside_check_cannot_resolve_is_never_ranked_on():
     case (the next method that is resolved does), in rows written before the judge flagged
     it too; with none resolved a GPU case is passed and untimed (work queued before the
     reply may run on after it, unseen: the referee's time is no upper bound there)."""
-    from inference_kernels.report.rows import case_phase, timed_outside
-
     rows = ROWS + [
         # w1: the graph's 1.0 us under a resolution of 50 (an older row: no flag); eager
         # resolved at 20 of 30
@@ -551,7 +560,7 @@ def test_on_the_cpu_the_referees_time_stands_for_an_unresolved_one():
     at 278.9 us where its honest twin took 1,024.5). On the CPU the worker is halted as
     its reply arrives, so the referee's own time of the calls is an upper bound: it stands
     for such a case (the median of its samples)."""
-    from inference_kernels.report.rows import case_phase, case_time, timed_outside
+    from inference_kernels.report.rows import case_time
 
     base = [case("base", u, eager=100.0, cpu=True) for u in ("w1", "w2")]
     hider = [

@@ -363,7 +363,7 @@ def _run_table(table: list[dict]) -> None:
         "Times: geometric mean over passed workloads, microseconds per call. Speedup: over the "
         f"task's baseline on the same workloads. {INTERVAL_NOTE} {STAND_IN_NOTE}"
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in table) else "")
-        + time_notes(table),
+        + "".join(f" {note}" for note in time_notes(table)),
         highlight=False,
     )
 

@@ -9,15 +9,12 @@ from ..schema import Hardware
 from ..stats import GPUS_DIFFER, REGIMES_DIFFER, RUN_TO_RUN, paired_speedup, verdict
 from .rows import (
     TIME_PREFERENCE,
-    case_phase,
     case_rows,
-    case_samples,
-    case_time,
     geomean,
     gpus_of_cases,
     indicative,
     regime,
-    timed_outside,
+    standing,
 )
 from .sol import achieved, fractions
 
@@ -29,21 +26,24 @@ class Timed(NamedTuple):
     regime: str
     gpu: str | None = None  # UUID
     phase: str = "graph"  # the method of TIME_PREFERENCE the time is of
-    outside: bool = False  # the referee's own time (its own unresolved: rows._phase)
+    outside: bool = False  # the referee's own time (its own unresolved: rows.standing)
 
 
 def times_by_case(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Timed]]:
     """(definition, solution) -> {uuid: its time} over passed cases (the last row wins)."""
     times: dict[tuple[str, str], dict[str, Timed]] = defaultdict(dict)
     for row, gpu in gpus_of_cases(rows):
-        measured = case_time(row)
-        if measured:
-            phase = case_phase(row)  # (a passed, timed case: never None here)
-            samples = case_samples(row)
-            timed = Timed(
-                measured[0], measured[1], samples, regime(row), gpu, phase, timed_outside(row)
+        timing = standing(row)  # (once a row: case_time and the others each find it)
+        if timing:
+            times[(row["definition"], row["solution"])][row["uuid"]] = Timed(
+                timing["median_us"],
+                timing.get("method", timing["phase"]),
+                list(timing.get("samples_us") or []),
+                regime(row),
+                gpu,
+                timing["phase"],
+                bool(timing.get("from_outside")),
             )
-            times[(row["definition"], row["solution"])][row["uuid"]] = timed
     return times
 
 

@@ -154,8 +154,8 @@ def _phase_cell(timing: dict[str, Any] | None) -> str:
     if not counted(timing):
         text += (
             ' <span class="badge unresolved" title="the outside check cannot resolve this '
-            "time: never ranked on (without a resolved one the referee&#39;s own time of the "
-            'calls stands for the case)">unresolved</span>'
+            "time: never ranked on (without a resolved one, on the CPU the referee&#39;s own "
+            'time of the calls stands for the case; on a GPU it is untimed)">unresolved</span>'
         )
     return text
 
@@ -492,8 +492,7 @@ def page(
     notes = [INTERVAL_NOTE, STAND_IN_NOTE, COMBINING_NOTE]
     if any(entry["indicative"] for entry in context["table"]):
         notes.append(INDICATIVE_NOTE)
-    if timed := time_notes(context["table"]).strip():
-        notes.append(timed)
+    notes += time_notes(context["table"])
     environments = [row for row in rows if row.get("type") == "environment"]
     written = datetime.now(UTC).isoformat(timespec="seconds")
     return f"""<!DOCTYPE html>

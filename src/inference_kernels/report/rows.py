@@ -100,7 +100,7 @@ def gpus_of_cases(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str 
     return cases
 
 
-def _phase(row: dict[str, Any]) -> dict[str, Any] | None:
+def standing(row: dict[str, Any]) -> dict[str, Any] | None:
     """The timing entry that stands for a passed case (TIME_PREFERENCE), or None: the
     first method with a time the outside check resolves (``counted``); where none has one
     and the row is the CPU's, the referee's own time of the first method it timed
@@ -152,26 +152,8 @@ def counted(timing: dict[str, Any]) -> bool:
 def case_time(row: dict[str, Any]) -> tuple[float, str] | None:
     """(microseconds per call, method) of a passed case, or None (a time that is not
     positive is no time: no ratio is taken of it)."""
-    timing = _phase(row)
+    timing = standing(row)
     return (timing["median_us"], timing.get("method", timing["phase"])) if timing else None
-
-
-def case_phase(row: dict[str, Any]) -> str | None:
-    """The method (of TIME_PREFERENCE) whose time stands for a passed case."""
-    timing = _phase(row)
-    return timing["phase"] if timing else None
-
-
-def timed_outside(row: dict[str, Any]) -> bool:
-    """Whether the time that stands for a case is the referee's own (``_phase``)."""
-    timing = _phase(row)
-    return bool(timing and timing.get("from_outside"))
-
-
-def case_samples(row: dict[str, Any]) -> list[float]:
-    """The samples behind ``case_time`` (empty for a row without them)."""
-    timing = _phase(row)
-    return list(timing.get("samples_us") or []) if timing else []
 
 
 def regime(row: dict[str, Any]) -> str:

@@ -69,7 +69,7 @@ def performance_markdown(report: dict[str, Any]) -> str:
         "is the paired geometric mean over the task baseline on the same workloads. "
         + INTERVAL_NOTE
         + (f" {INDICATIVE_NOTE}" if any(e["indicative"] for e in report["solutions"]) else "")
-        + time_notes(report["solutions"])
+        + "".join(f" {note}" for note in time_notes(report["solutions"]))
         + " "
         + SOL_NOTE,
         "",

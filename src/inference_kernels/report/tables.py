@@ -55,7 +55,7 @@ def solution_table(
                 "workloads": len({row["uuid"] for row in group}),
                 "passed": statuses.get(PASSED, 0),
                 # passed workloads whose own time the outside check cannot resolve
-                # (rows._phase): timed by the referee's clock (the CPU's), or untimed
+                # (rows.standing): timed by the referee's clock (the CPU's), or untimed
                 "timed_outside": sum(timed.outside for timed in mine.values()),
                 "untimed": len({key[2] for key in passed} - set(mine)),
                 "failed": {k: v for k, v in statuses.items() if k != PASSED},
@@ -121,15 +121,13 @@ UNTIMED_NOTE = (
 )
 
 
-def time_notes(entries: list[dict[str, Any]]) -> str:
-    """The notes for the entries' workloads timed outside or untimed, if any (with a
-    leading space)."""
-    notes = [
-        f" {note}"
+def time_notes(entries: list[dict[str, Any]]) -> list[str]:
+    """The notes for the entries' workloads timed outside or untimed, if any."""
+    return [
+        note
         for field, note in (("timed_outside", OUTSIDE_NOTE), ("untimed", UNTIMED_NOTE))
         if any(entry.get(field) for entry in entries)
     ]
-    return "".join(notes)
 
 
 def passed_label(entry: dict[str, Any]) -> str:
